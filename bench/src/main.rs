@@ -1,0 +1,35 @@
+//! `bench`: the project's benchmarks. Every subcommand ends by printing one
+//! line per figure, `BENCH {json}`, so a script can check any figure, and
+//! takes `--quick` for a reduced run under a minute.
+
+mod bsp_cmd;
+mod model_cmd;
+mod report;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "bench", about = "Benchmarks of the fault-tolerant bag-of-tasks system")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// BSP transport: l, g, total exchange schedules, OpenMPI side by side.
+    Bsp(bsp_cmd::Args),
+    /// Performance model: predictions, bounds and block-size sweeps.
+    Model(model_cmd::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Bsp(args) => bsp_cmd::run(args),
+        Command::Model(args) => model_cmd::run(args),
+    }
+}
