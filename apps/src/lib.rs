@@ -1,0 +1,2 @@
+//! apps
+extern crate blas_src;
