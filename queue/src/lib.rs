@@ -1,1 +1,295 @@
-//! queue
+//! The recoverable queue (bag of tasks), with no I/O inside.
+//!
+//! A dequeue inside an action takes the first element no other action
+//! holds; the element is removed for good only when the top-level action
+//! commits, and returns to its old position if the action aborts, so the
+//! next slave takes the lost work first (`003…` §4.1, DESIGN §5). The store
+//! node persists what [`Mutation`]s say in the same synced batch as the
+//! action's other writes, and rebuilds the index with [`Bags::load`] at
+//! start.
+//!
+//! ```
+//! use actions::ActionId;
+//! use queue::{Bags, Dequeue};
+//! let mut bags = Bags::new(3);
+//! bags.enqueue(ActionId(1), "work", b"t1".to_vec());
+//! let puts = bags.prepare_commit(ActionId(1));
+//! bags.finish_commit(ActionId(1), true);
+//! assert_eq!(puts.len(), 1);
+//! let Dequeue::Task(t) = bags.dequeue(ActionId(2), "work") else { panic!() };
+//! assert_eq!(t.payload, b"t1");
+//! assert!(matches!(bags.dequeue(ActionId(3), "work"), Dequeue::NoneAvailable));
+//! bags.abort(ActionId(2), false);
+//! assert!(matches!(bags.dequeue(ActionId(3), "work"), Dequeue::Task(_)));
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+
+use actions::ActionId;
+
+/// An element handed to an action by [`Bags::dequeue`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dequeued {
+    pub bag: String,
+    pub seq: u64,
+    pub payload: Vec<u8>,
+    /// Times an action holding this element was orphaned (its slave died).
+    pub attempts: u32,
+    /// Times an action holding it aborted on purpose (e.g. a flag wait timed
+    /// out); kept in memory only, to let such tasks back off.
+    pub returns: u32,
+}
+
+/// The three answers of a dequeue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Dequeue {
+    Task(Dequeued),
+    /// No elements at all: the bag is done.
+    Empty,
+    /// Elements remain but other actions hold them all: wait.
+    NoneAvailable,
+}
+
+/// A change the store must make durable, keyed by bag and sequence number.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mutation {
+    Put { bag: String, seq: u64, payload: Vec<u8>, attempts: u32 },
+    Delete { bag: String, seq: u64 },
+}
+
+/// What an abort did to the queues.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct QueueAbort {
+    /// Attempt counts and dead-letter moves to persist (orphans only).
+    pub mutations: Vec<Mutation>,
+    /// Elements moved to a dead-letter bag: (from bag, element).
+    pub dead_lettered: Vec<(String, Dequeued)>,
+    /// Bags whose free elements changed: wake their blocked dequeuers.
+    pub touched: Vec<String>,
+}
+
+/// Counts for one bag, for status displays.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BagStats {
+    pub free: usize,
+    pub taken: usize,
+}
+
+/// The dead-letter bag of a bag.
+pub fn dead_letter_bag(bag: &str) -> String {
+    format!("{bag}.dead")
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    payload: Vec<u8>,
+    attempts: u32,
+    returns: u32,
+}
+
+#[derive(Debug, Default)]
+struct Bag {
+    /// Free elements by position: the first is the next to hand out, so a
+    /// dequeue costs O(log n) whatever the queue length.
+    free: BTreeMap<u64, Entry>,
+    taken: HashMap<u64, (ActionId, Entry)>,
+    next_seq: u64,
+}
+
+impl Bag {
+    fn is_empty(&self) -> bool {
+        self.free.is_empty() && self.taken.is_empty()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Commit {
+    deletes: Vec<(String, u64)>,
+    puts: Vec<(String, u64, Vec<u8>)>,
+}
+
+/// All bags of a store node, and which action holds what.
+#[derive(Debug)]
+pub struct Bags {
+    bags: HashMap<String, Bag>,
+    held: HashMap<ActionId, Vec<(String, u64)>>,
+    pending: HashMap<ActionId, Vec<(String, Vec<u8>)>>,
+    committing: HashMap<ActionId, Commit>,
+    attempt_limit: u32,
+}
+
+impl Bags {
+    /// `attempt_limit`: orphanings after which an element is dead-lettered.
+    pub fn new(attempt_limit: u32) -> Self {
+        Bags {
+            bags: HashMap::new(),
+            held: HashMap::new(),
+            pending: HashMap::new(),
+            committing: HashMap::new(),
+            attempt_limit: attempt_limit.max(1),
+        }
+    }
+
+    /// Restores one persisted element at start.
+    pub fn load(&mut self, bag: &str, seq: u64, payload: Vec<u8>, attempts: u32) {
+        let b = self.bags.entry(bag.to_owned()).or_default();
+        b.next_seq = b.next_seq.max(seq + 1);
+        b.free.insert(seq, Entry { payload, attempts, returns: 0 });
+    }
+
+    pub fn dequeue(&mut self, action: ActionId, bag: &str) -> Dequeue {
+        let Some(b) = self.bags.get_mut(bag) else { return Dequeue::Empty };
+        let Some((seq, entry)) = b.free.pop_first() else {
+            return if b.taken.is_empty() { Dequeue::Empty } else { Dequeue::NoneAvailable };
+        };
+        let out = Dequeued {
+            bag: bag.to_owned(),
+            seq,
+            payload: entry.payload.clone(),
+            attempts: entry.attempts,
+            returns: entry.returns,
+        };
+        b.taken.insert(seq, (action, entry));
+        self.held.entry(action).or_default().push((bag.to_owned(), seq));
+        Dequeue::Task(out)
+    }
+
+    /// Enqueues at the tail; visible when the top-level action commits.
+    pub fn enqueue(&mut self, action: ActionId, bag: &str, payload: Vec<u8>) {
+        self.pending.entry(action).or_default().push((bag.to_owned(), payload));
+    }
+
+    /// A nested action committed: its parent now holds its elements and
+    /// pending enqueues.
+    pub fn commit_nested(&mut self, child: ActionId, parent: ActionId) {
+        if let Some(held) = self.held.remove(&child) {
+            for (bag, seq) in &held {
+                if let Some((owner, _)) = self.bags.get_mut(bag).and_then(|b| b.taken.get_mut(seq)) {
+                    *owner = parent;
+                }
+            }
+            self.held.entry(parent).or_default().extend(held);
+        }
+        if let Some(p) = self.pending.remove(&child) {
+            self.pending.entry(parent).or_default().extend(p);
+        }
+    }
+
+    /// Returns the action's elements to their old positions and drops its
+    /// enqueues. `orphaned`: the action died with its session, which counts
+    /// as an attempt; past the limit the element goes to the dead-letter bag.
+    pub fn abort(&mut self, action: ActionId, orphaned: bool) -> QueueAbort {
+        self.pending.remove(&action);
+        let mut out = QueueAbort::default();
+        for (bag, seq) in self.held.remove(&action).unwrap_or_default() {
+            let b = self.bags.get_mut(&bag).expect("held element's bag exists");
+            let (_, mut entry) = b.taken.remove(&seq).expect("held element is taken");
+            if !orphaned {
+                entry.returns += 1;
+            } else {
+                entry.attempts += 1;
+                if entry.attempts >= self.attempt_limit {
+                    let dead = dead_letter_bag(&bag);
+                    let d = self.bags.entry(dead.clone()).or_default();
+                    let dseq = d.next_seq;
+                    d.next_seq += 1;
+                    out.mutations.push(Mutation::Delete { bag: bag.clone(), seq });
+                    out.mutations.push(Mutation::Put {
+                        bag: dead.clone(),
+                        seq: dseq,
+                        payload: entry.payload.clone(),
+                        attempts: entry.attempts,
+                    });
+                    out.dead_lettered.push((
+                        bag.clone(),
+                        Dequeued { bag: dead.clone(), seq: dseq, payload: entry.payload.clone(), attempts: entry.attempts, returns: entry.returns },
+                    ));
+                    d.free.insert(dseq, entry);
+                    out.touched.push(bag);
+                    out.touched.push(dead);
+                    continue;
+                }
+                out.mutations.push(Mutation::Put { bag: bag.clone(), seq, payload: entry.payload.clone(), attempts: entry.attempts });
+            }
+            self.bags.get_mut(&bag).expect("exists").free.insert(seq, entry);
+            out.touched.push(bag);
+        }
+        out.touched.sort();
+        out.touched.dedup();
+        out
+    }
+
+    /// First half of a top-level commit: the removals and the new tail
+    /// elements (their positions are reserved now) to write in the batch.
+    pub fn prepare_commit(&mut self, action: ActionId) -> Vec<Mutation> {
+        let mut c = Commit { deletes: self.held.remove(&action).unwrap_or_default(), puts: Vec::new() };
+        for (bag, payload) in self.pending.remove(&action).unwrap_or_default() {
+            let b = self.bags.entry(bag.clone()).or_default();
+            let seq = b.next_seq;
+            b.next_seq += 1;
+            c.puts.push((bag, seq, payload));
+        }
+        let mut out: Vec<Mutation> =
+            c.deletes.iter().map(|(bag, seq)| Mutation::Delete { bag: bag.clone(), seq: *seq }).collect();
+        out.extend(c.puts.iter().map(|(bag, seq, payload)| Mutation::Put {
+            bag: bag.clone(),
+            seq: *seq,
+            payload: payload.clone(),
+            attempts: 0,
+        }));
+        self.committing.insert(action, c);
+        out
+    }
+
+    /// Second half: applies the commit in memory once it is durable, or
+    /// undoes it as an abort if the batch failed. Returns the bags touched.
+    pub fn finish_commit(&mut self, action: ActionId, durable: bool) -> Vec<String> {
+        let Some(c) = self.committing.remove(&action) else { return Vec::new() };
+        let mut touched = Vec::new();
+        for (bag, seq) in c.deletes {
+            let b = self.bags.get_mut(&bag).expect("exists");
+            let (_, entry) = b.taken.remove(&seq).expect("taken by the committing action");
+            if !durable {
+                b.free.insert(seq, entry);
+            }
+            touched.push(bag);
+        }
+        if durable {
+            for (bag, seq, payload) in c.puts {
+                self.bags.get_mut(&bag).expect("reserved").free.insert(seq, Entry { payload, attempts: 0, returns: 0 });
+                touched.push(bag);
+            }
+        }
+        touched.sort();
+        touched.dedup();
+        touched
+    }
+
+    pub fn stats(&self, bag: &str) -> BagStats {
+        self.bags.get(bag).map_or_else(BagStats::default, |b| BagStats { free: b.free.len(), taken: b.taken.len() })
+    }
+
+    /// Whether the bag has no elements at all.
+    pub fn is_empty(&self, bag: &str) -> bool {
+        self.bags.get(bag).is_none_or(Bag::is_empty)
+    }
+
+    /// Names of the bags that hold or held elements.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.bags.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Payloads of a bag's elements in queue order (free and taken).
+    pub fn peek_all(&self, bag: &str) -> Vec<(u64, Vec<u8>, u32)> {
+        let Some(b) = self.bags.get(bag) else { return Vec::new() };
+        let mut v: Vec<_> = b.free.iter().map(|(s, e)| (*s, e.payload.clone(), e.attempts)).collect();
+        v.extend(b.taken.iter().map(|(s, (_, e))| (*s, e.payload.clone(), e.attempts)));
+        v.sort_by_key(|x| x.0);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests;

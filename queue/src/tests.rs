@@ -1,0 +1,117 @@
+use super::*;
+
+fn committed(bags: &mut Bags, a: u64, bag: &str, payloads: &[&str]) {
+    for p in payloads {
+        bags.enqueue(ActionId(a), bag, p.as_bytes().to_vec());
+    }
+    bags.prepare_commit(ActionId(a));
+    bags.finish_commit(ActionId(a), true);
+}
+
+fn take(bags: &mut Bags, a: u64, bag: &str) -> Dequeued {
+    match bags.dequeue(ActionId(a), bag) {
+        Dequeue::Task(t) => t,
+        other => panic!("expected a task, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_aborted_element_comes_back_first_in_line() {
+    let mut bags = Bags::new(3);
+    committed(&mut bags, 1, "b", &["t1", "t2", "t3"]);
+    let t1 = take(&mut bags, 10, "b");
+    let t2 = take(&mut bags, 11, "b");
+    assert_eq!((t1.payload.as_slice(), t2.payload.as_slice()), (&b"t1"[..], &b"t2"[..]));
+    bags.abort(ActionId(10), true);
+    assert_eq!(take(&mut bags, 12, "b").payload, b"t1");
+    assert_eq!(take(&mut bags, 13, "b").payload, b"t3");
+}
+
+#[test]
+fn empty_and_none_available_differ() {
+    let mut bags = Bags::new(3);
+    assert_eq!(bags.dequeue(ActionId(1), "none"), Dequeue::Empty);
+    committed(&mut bags, 1, "b", &["t"]);
+    take(&mut bags, 2, "b");
+    assert_eq!(bags.dequeue(ActionId(3), "b"), Dequeue::NoneAvailable);
+    let muts = bags.prepare_commit(ActionId(2));
+    assert_eq!(muts, vec![Mutation::Delete { bag: "b".into(), seq: 0 }]);
+    // Until the batch is durable the element is still taken.
+    assert_eq!(bags.dequeue(ActionId(3), "b"), Dequeue::NoneAvailable);
+    bags.finish_commit(ActionId(2), true);
+    assert_eq!(bags.dequeue(ActionId(3), "b"), Dequeue::Empty);
+}
+
+#[test]
+fn several_dequeues_in_one_action_and_enqueues_visible_only_after_commit() {
+    let mut bags = Bags::new(3);
+    committed(&mut bags, 1, "b", &["a", "b"]);
+    take(&mut bags, 5, "b");
+    take(&mut bags, 5, "b");
+    bags.enqueue(ActionId(5), "next", b"c".to_vec());
+    assert_eq!(bags.dequeue(ActionId(6), "next"), Dequeue::Empty);
+    let muts = bags.prepare_commit(ActionId(5));
+    assert_eq!(muts.len(), 3);
+    bags.finish_commit(ActionId(5), true);
+    assert!(bags.is_empty("b"));
+    assert_eq!(take(&mut bags, 6, "next").payload, b"c");
+}
+
+#[test]
+fn a_failed_commit_returns_elements_and_drops_enqueues() {
+    let mut bags = Bags::new(3);
+    committed(&mut bags, 1, "b", &["a"]);
+    take(&mut bags, 5, "b");
+    bags.enqueue(ActionId(5), "b", b"new".to_vec());
+    bags.prepare_commit(ActionId(5));
+    bags.finish_commit(ActionId(5), false);
+    assert_eq!(bags.stats("b"), BagStats { free: 1, taken: 0 });
+    assert_eq!(take(&mut bags, 6, "b").payload, b"a");
+}
+
+#[test]
+fn nested_commit_passes_elements_to_the_parent_and_nested_abort_returns_them() {
+    let mut bags = Bags::new(3);
+    committed(&mut bags, 1, "b", &["a", "b"]);
+    take(&mut bags, 20, "b");
+    bags.commit_nested(ActionId(20), ActionId(2));
+    take(&mut bags, 21, "b");
+    bags.abort(ActionId(21), false);
+    assert_eq!(bags.stats("b"), BagStats { free: 1, taken: 1 });
+    let muts = bags.prepare_commit(ActionId(2));
+    assert_eq!(muts, vec![Mutation::Delete { bag: "b".into(), seq: 0 }]);
+    bags.finish_commit(ActionId(2), true);
+    assert_eq!(take(&mut bags, 3, "b").returns, 1);
+}
+
+#[test]
+fn orphaned_past_the_limit_goes_to_the_dead_letter_bag() {
+    let mut bags = Bags::new(2);
+    committed(&mut bags, 1, "b", &["poison", "ok"]);
+    take(&mut bags, 2, "b");
+    let first = bags.abort(ActionId(2), true);
+    assert_eq!(first.mutations, vec![Mutation::Put { bag: "b".into(), seq: 0, payload: b"poison".to_vec(), attempts: 1 }]);
+    assert_eq!(take(&mut bags, 3, "b").attempts, 1);
+    let second = bags.abort(ActionId(3), true);
+    assert_eq!(second.dead_lettered.len(), 1);
+    assert_eq!(
+        second.mutations,
+        vec![
+            Mutation::Delete { bag: "b".into(), seq: 0 },
+            Mutation::Put { bag: "b.dead".into(), seq: 0, payload: b"poison".to_vec(), attempts: 2 }
+        ]
+    );
+    assert_eq!(take(&mut bags, 4, "b").payload, b"ok");
+    assert_eq!(bags.stats("b.dead").free, 1);
+}
+
+#[test]
+fn load_restores_order_and_next_position() {
+    let mut bags = Bags::new(3);
+    bags.load("b", 7, b"x".to_vec(), 1);
+    bags.load("b", 3, b"y".to_vec(), 0);
+    assert_eq!(take(&mut bags, 1, "b").payload, b"y");
+    bags.enqueue(ActionId(2), "b", b"z".to_vec());
+    let muts = bags.prepare_commit(ActionId(2));
+    assert!(matches!(&muts[..], [Mutation::Put { seq: 8, .. }]));
+}
