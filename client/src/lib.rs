@@ -1,1 +1,38 @@
-//! store-client
+//! The store node's wire protocol and the client library that slaves, the
+//! master CLI and benchmarks use.
+//!
+//! Errors are one enum, [`StoreError`], that survives the wire: the node
+//! puts a typed detail in every gRPC status and the client rebuilds the same
+//! variant, so a slave can tell `LockTimeout`, `Deadlock`, `ActionAborted`,
+//! `NotFound`, `Corrupt` and `StoreUnavailable` apart.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), store_client::StoreError> {
+//! use std::time::Duration;
+//! use store_client::{Client, Dequeue};
+//! let client = Client::connect("127.0.0.1:7070", None).await?;
+//! let session = client.open_session("worker-1").await?;
+//! let action = session.begin().await?;
+//! if let Dequeue::Task(task) = action.dequeue("work", Duration::from_secs(1)).await? {
+//!     action.write_small(&format!("done/{}", task.seq), b"1").await?;
+//! }
+//! action.commit().await?; // durable when this returns
+//! # Ok(()) }
+//! ```
+
+pub mod block;
+mod client;
+mod error;
+
+/// Generated protobuf types and gRPC stubs; the node's RPC layer uses them
+/// directly, everyone else goes through [`Client`].
+#[allow(unreachable_pub, clippy::all)]
+pub mod proto {
+    tonic::include_proto!("store.v1");
+}
+
+pub use client::{Action, BagStats, BlockData, Client, Dequeue, MatrixInfo, Session, Task, CHUNK_BYTES, MAX_MESSAGE_BYTES};
+pub use error::StoreError;
+
+/// The default address of a store node.
+pub const DEFAULT_STORE_ADDR: &str = "127.0.0.1:7070";

@@ -1,0 +1,89 @@
+//! The stored form of a block: a 32-byte header, then the payload of
+//! little-endian f64 in column-major order.
+//!
+//! ```text
+//! 0..4   magic "FTB1"
+//! 4..8   rows  (u32 LE)
+//! 8..12  cols  (u32 LE)
+//! 12..16 crc32c of the payload (u32 LE)
+//! 16..32 reserved, zero
+//! ```
+//! The node checks the checksum when a block arrives and before it sends
+//! one; the client checks it again after the transfer.
+
+use crate::StoreError;
+
+pub const HEADER_LEN: usize = 32;
+const MAGIC: &[u8; 4] = b"FTB1";
+
+/// Shape and checksum of a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockHeader {
+    pub rows: u32,
+    pub cols: u32,
+    pub crc32c: u32,
+}
+
+impl BlockHeader {
+    pub fn payload_len(&self) -> usize {
+        self.rows as usize * self.cols as usize * 8
+    }
+
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut h = [0u8; HEADER_LEN];
+        h[0..4].copy_from_slice(MAGIC);
+        h[4..8].copy_from_slice(&self.rows.to_le_bytes());
+        h[8..12].copy_from_slice(&self.cols.to_le_bytes());
+        h[12..16].copy_from_slice(&self.crc32c.to_le_bytes());
+        h
+    }
+}
+
+pub fn checksum(payload: &[u8]) -> u32 {
+    crc32c::crc32c(payload)
+}
+
+/// Splits a stored value into its header and payload, checking magic,
+/// length and checksum. `what` names the block in the error.
+pub fn decode<'a>(value: &'a [u8], what: &dyn Fn() -> String) -> Result<(BlockHeader, &'a [u8]), StoreError> {
+    let corrupt = |why: &str| StoreError::Corrupt { what: format!("{}: {why}", what()) };
+    if value.len() < HEADER_LEN || &value[0..4] != MAGIC {
+        return Err(corrupt("bad block header"));
+    }
+    let u32_at = |o: usize| u32::from_le_bytes(value[o..o + 4].try_into().expect("4 bytes"));
+    let header = BlockHeader { rows: u32_at(4), cols: u32_at(8), crc32c: u32_at(12) };
+    let payload = &value[HEADER_LEN..];
+    if payload.len() != header.payload_len() {
+        return Err(corrupt("payload length does not match the header"));
+    }
+    verify(&header, payload).map_err(|_| corrupt("checksum mismatch"))?;
+    Ok((header, payload))
+}
+
+/// Checks a payload against its header's checksum.
+pub fn verify(header: &BlockHeader, payload: &[u8]) -> Result<(), ()> {
+    if checksum(payload) == header.crc32c {
+        Ok(())
+    } else {
+        Err(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flipped_byte_anywhere_is_caught() {
+        let payload: Vec<u8> = (0..64u8).collect();
+        let h = BlockHeader { rows: 2, cols: 4, crc32c: checksum(&payload) };
+        let mut value = h.encode().to_vec();
+        value.extend_from_slice(&payload);
+        assert_eq!(decode(&value, &|| "b".into()).unwrap().0, h);
+        for i in 0..16 {
+            let mut bad = value.clone();
+            bad[if i < 8 { i } else { HEADER_LEN + i * 3 }] ^= 0x40;
+            assert!(matches!(decode(&bad, &|| "b".into()), Err(StoreError::Corrupt { .. })), "byte {i}");
+        }
+    }
+}

@@ -1,0 +1,450 @@
+//! The client library slaves, the master CLI and benchmarks use.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Status};
+use uuid::Uuid;
+
+use crate::block::{self, BlockHeader};
+use crate::proto::{self, store_client::StoreClient};
+use crate::StoreError;
+
+/// Blocks travel in chunks of this size: far below any message limit, big
+/// enough that per-message costs vanish.
+pub const CHUNK_BYTES: usize = 1 << 20;
+/// Largest message either side accepts.
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+type Rpc = StoreClient<InterceptedService<Channel, Auth>>;
+type Result<T> = std::result::Result<T, StoreError>;
+
+#[derive(Clone)]
+struct Auth(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for Auth {
+    fn call(&mut self, mut req: Request<()>) -> std::result::Result<Request<()>, Status> {
+        if let Some(t) = &self.0 {
+            req.metadata_mut().insert("authorization", t.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// A matrix as the store records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MatrixInfo {
+    pub id: Uuid,
+    pub name: String,
+    pub n_rows: u64,
+    pub n_cols: u64,
+    pub block: u32,
+}
+
+impl TryFrom<proto::MatrixInfo> for MatrixInfo {
+    type Error = StoreError;
+    fn try_from(m: proto::MatrixInfo) -> Result<Self> {
+        Ok(MatrixInfo { id: uuid_from(&m.id)?, name: m.name, n_rows: m.n_rows, n_cols: m.n_cols, block: m.block })
+    }
+}
+
+pub(crate) fn uuid_from(bytes: &[u8]) -> Result<Uuid> {
+    Uuid::from_slice(bytes).map_err(|_| StoreError::InvalidArgument { what: format!("bad id of {} bytes", bytes.len()) })
+}
+
+/// A block's values, column-major.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockData {
+    pub rows: usize,
+    pub cols: usize,
+    pub data: Vec<f64>,
+}
+
+/// A task handed out by a dequeue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Task {
+    pub bag: String,
+    pub seq: u64,
+    pub payload: Vec<u8>,
+    pub attempts: u32,
+    pub returns: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Dequeue {
+    Task(Task),
+    /// The bag has no elements at all.
+    Empty,
+    /// Elements remain, all held by other actions.
+    NoneAvailable,
+}
+
+/// Counts for one bag.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BagStats {
+    pub free: u64,
+    pub taken: u64,
+    pub dead: u64,
+}
+
+/// A connection to a store node. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    rpc: Rpc,
+    addr: String,
+}
+
+impl Client {
+    /// Connects once; fails with `StoreUnavailable` if the node is not there.
+    pub async fn connect(addr: &str, token: Option<&str>) -> Result<Client> {
+        let auth = match token {
+            Some(t) => Some(
+                format!("Bearer {t}")
+                    .parse()
+                    .map_err(|_| StoreError::InvalidArgument { what: "token is not printable ASCII".into() })?,
+            ),
+            None => None,
+        };
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| StoreError::InvalidArgument { what: format!("store address {addr:?}: {e}") })?
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(2))
+            .initial_stream_window_size(8 << 20)
+            .initial_connection_window_size(32 << 20)
+            .http2_keep_alive_interval(Duration::from_millis(1000))
+            .keep_alive_timeout(Duration::from_secs(3));
+        let channel = endpoint.connect().await.map_err(|e| StoreError::StoreUnavailable {
+            what: format!("cannot connect to the store node at {addr}: {e}"),
+        })?;
+        let rpc = StoreClient::with_interceptor(channel, Auth(auth))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        Ok(Client { rpc, addr: addr.to_owned() })
+    }
+
+    /// Connects, retrying with exponential back-off (100 ms up to 2 s) for
+    /// at most `patience` (forever if `None`), logging each failure.
+    pub async fn connect_retrying(addr: &str, token: Option<&str>, patience: Option<Duration>) -> Result<Client> {
+        let start = tokio::time::Instant::now();
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match Client::connect(addr, token).await {
+                Ok(c) => return Ok(c),
+                Err(e @ StoreError::StoreUnavailable { .. }) => {
+                    if patience.is_some_and(|p| start.elapsed() + delay > p) {
+                        return Err(e);
+                    }
+                    tracing::warn!("store node at {addr} unreachable, retrying in {delay:?}: {e}");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Opens a session kept alive by heartbeats on a background task (so a
+    /// long computation elsewhere never lets the lease lapse).
+    pub async fn open_session(&self, client_name: &str) -> Result<Session> {
+        let (tx, rx) = mpsc::channel(4);
+        let hb = proto::Heartbeat { client_name: client_name.to_owned() };
+        tx.send(hb.clone()).await.expect("receiver held below");
+        let mut events = self.rpc.clone().open_session(ReceiverStream::new(rx)).await?.into_inner();
+        let first = events
+            .message()
+            .await?
+            .ok_or_else(|| StoreError::StoreUnavailable { what: "session stream closed at open".into() })?;
+        let lease = Duration::from_millis(first.lease_ms.max(40));
+        let (alive_tx, alive) = watch::channel(true);
+        let heartbeat = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(lease / 4);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        if tx.send(hb.clone()).await.is_err() { break; }
+                    }
+                    ev = events.message() => match ev {
+                        Ok(Some(_)) => {}
+                        _ => break,
+                    },
+                }
+            }
+            let _ = alive_tx.send(false);
+        });
+        Ok(Session { client: self.clone(), id: first.session, lease, alive, heartbeat: Arc::new(AbortOnDrop(heartbeat)) })
+    }
+
+    pub async fn create_matrix(&self, name: &str, n_rows: u64, n_cols: u64, block: u32) -> Result<MatrixInfo> {
+        let m = proto::MatrixInfo { id: Bytes::new(), name: name.to_owned(), n_rows, n_cols, block };
+        self.rpc.clone().create_matrix(m).await?.into_inner().try_into()
+    }
+
+    pub async fn matrix_by_name(&self, name: &str) -> Result<MatrixInfo> {
+        let r = proto::MatrixRef { id: Bytes::new(), name: name.to_owned() };
+        self.rpc.clone().get_matrix(r).await?.into_inner().try_into()
+    }
+
+    pub async fn matrix(&self, id: Uuid) -> Result<MatrixInfo> {
+        let r = proto::MatrixRef { id: id.as_bytes().to_vec().into(), name: String::new() };
+        self.rpc.clone().get_matrix(r).await?.into_inner().try_into()
+    }
+
+    pub async fn list_matrices(&self) -> Result<Vec<MatrixInfo>> {
+        let list = self.rpc.clone().list_matrices(proto::Empty {}).await?.into_inner();
+        list.matrices.into_iter().map(MatrixInfo::try_from).collect()
+    }
+
+    /// Deletes a matrix record and all its blocks.
+    pub async fn delete_matrix(&self, id: Uuid) -> Result<()> {
+        let r = proto::MatrixRef { id: id.as_bytes().to_vec().into(), name: String::new() };
+        self.rpc.clone().delete_matrix(r).await?;
+        Ok(())
+    }
+
+    /// Reads the committed state of a block without taking a lock (for
+    /// export and verification, when no job writes the matrix).
+    pub async fn read_block_committed(&self, matrix: Uuid, i: u32, j: u32) -> Result<BlockData> {
+        get_block(&self.rpc, 0, matrix, i, j).await
+    }
+
+    /// Reads the committed state of a small object without a lock.
+    pub async fn peek_small(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        read_small(&self.rpc, 0, key, proto::LockMode::Read).await
+    }
+
+    /// Committed small objects whose key starts with `prefix`, in key order.
+    pub async fn scan_small(&self, prefix: &str, limit: u32) -> Result<Vec<(String, Vec<u8>)>> {
+        let r = self.rpc.clone().scan_small(proto::ScanRequest { prefix: prefix.to_owned(), limit }).await?;
+        Ok(r.into_inner().items.into_iter().map(|kv| (kv.key, kv.value.to_vec())).collect())
+    }
+
+    pub async fn bag_stats(&self, bag: &str) -> Result<BagStats> {
+        let r = self.rpc.clone().bag_stats(proto::BagRef { bag: bag.to_owned() }).await?.into_inner();
+        Ok(BagStats { free: r.free, taken: r.taken, dead: r.dead })
+    }
+
+    /// Every element of a bag (free and taken) in queue order.
+    pub async fn list_bag(&self, bag: &str) -> Result<Vec<Task>> {
+        let r = self.rpc.clone().list_bag(proto::BagRef { bag: bag.to_owned() }).await?.into_inner();
+        Ok(r.elements.into_iter().map(task_from).collect())
+    }
+
+    pub async fn list_sessions(&self) -> Result<Vec<proto::SessionInfo>> {
+        Ok(self.rpc.clone().list_sessions(proto::Empty {}).await?.into_inner().sessions)
+    }
+
+    /// Test hook (node started with `--test-hooks`): damages a stored block.
+    pub async fn corrupt_block_for_test(&self, matrix: Uuid, i: u32, j: u32) -> Result<()> {
+        let r = proto::BlockRef { action: 0, matrix: matrix.as_bytes().to_vec().into(), i, j };
+        self.rpc.clone().corrupt_block_for_test(r).await?;
+        Ok(())
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A live session. Dropping it closes the stream, which aborts the
+/// session's running actions on the node.
+#[derive(Clone)]
+pub struct Session {
+    client: Client,
+    id: u64,
+    lease: Duration,
+    alive: watch::Receiver<bool>,
+    heartbeat: Arc<AbortOnDrop>,
+}
+
+impl Session {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// False once the node ended the session (lease lapsed, node gone).
+    pub fn is_alive(&self) -> bool {
+        *self.alive.borrow()
+    }
+
+    /// Begins a top-level action. Called while another action of this
+    /// session runs, it is a nested top-level action: it commits on its own.
+    pub async fn begin(&self) -> Result<Action> {
+        let r = self.client.rpc.clone().begin(proto::BeginRequest { session: self.id, parent: 0 }).await?;
+        Ok(Action { rpc: self.client.rpc.clone(), id: r.into_inner().action, _session: self.heartbeat.clone() })
+    }
+}
+
+/// A running action. Every call names it; once it is aborted on the node
+/// (orphaned, say) every call fails with `ActionAborted`.
+pub struct Action {
+    rpc: Rpc,
+    id: u64,
+    _session: Arc<AbortOnDrop>,
+}
+
+impl Action {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub async fn begin_nested(&self) -> Result<Action> {
+        let r = self.rpc.clone().begin(proto::BeginRequest { session: 0, parent: self.id }).await?;
+        Ok(Action { rpc: self.rpc.clone(), id: r.into_inner().action, _session: self._session.clone() })
+    }
+
+    /// Commits: a nested action into its parent; a top-level one durably
+    /// (the reply means the batch is synced to disk).
+    pub async fn commit(self) -> Result<()> {
+        self.rpc.clone().commit(proto::ActionRef { action: self.id }).await?;
+        Ok(())
+    }
+
+    pub async fn abort(self) -> Result<()> {
+        self.rpc.clone().abort(proto::ActionRef { action: self.id }).await?;
+        Ok(())
+    }
+
+    /// Reads a small object under a read lock (or `write: true`, a write
+    /// lock, to update it next).
+    pub async fn read_small(&self, key: &str, write: bool) -> Result<Option<Vec<u8>>> {
+        let mode = if write { proto::LockMode::Write } else { proto::LockMode::Read };
+        read_small(&self.rpc, self.id, key, mode).await
+    }
+
+    pub async fn write_small(&self, key: &str, value: &[u8]) -> Result<()> {
+        let w = proto::SmallWrite { action: self.id, key: key.to_owned(), value: value.to_vec().into(), delete: false };
+        self.rpc.clone().write_small(w).await?;
+        Ok(())
+    }
+
+    pub async fn delete_small(&self, key: &str) -> Result<()> {
+        let w = proto::SmallWrite { action: self.id, key: key.to_owned(), value: Bytes::new(), delete: true };
+        self.rpc.clone().write_small(w).await?;
+        Ok(())
+    }
+
+    /// Reads a block under a read lock.
+    pub async fn get_block(&self, matrix: Uuid, i: u32, j: u32) -> Result<BlockData> {
+        get_block(&self.rpc, self.id, matrix, i, j).await
+    }
+
+    /// Writes a block under an overwrite lock; visible at top-level commit.
+    /// Takes the values by value so they are streamed without a copy.
+    pub async fn put_block(&self, matrix: Uuid, i: u32, j: u32, block: BlockData) -> Result<()> {
+        let bytes = Bytes::from_owner(F64Bytes(block.data));
+        let header = proto::BlockHeader {
+            action: self.id,
+            matrix: matrix.as_bytes().to_vec().into(),
+            i,
+            j,
+            rows: block.rows as u32,
+            cols: block.cols as u32,
+            crc32c: block::checksum(&bytes),
+        };
+        let mut chunks = Vec::with_capacity(bytes.len() / CHUNK_BYTES + 1);
+        let mut off = 0;
+        loop {
+            let end = (off + CHUNK_BYTES).min(bytes.len());
+            let header = if off == 0 { Some(header.clone()) } else { None };
+            chunks.push(proto::BlockChunk { header, data: bytes.slice(off..end) });
+            off = end;
+            if off >= bytes.len() {
+                break;
+            }
+        }
+        self.rpc.clone().put_block(tokio_stream::iter(chunks)).await?;
+        Ok(())
+    }
+
+    /// Dequeues from `bag`; with a non-zero `wait`, blocks on the node up to
+    /// `wait` while the bag has elements but none is free.
+    pub async fn dequeue(&self, bag: &str, wait: Duration) -> Result<Dequeue> {
+        let req = proto::DequeueRequest { action: self.id, bag: bag.to_owned(), wait_ms: wait.as_millis() as u32 };
+        let r = self.rpc.clone().dequeue(req).await?.into_inner();
+        use proto::dequeue_reply::Outcome;
+        Ok(match r.outcome {
+            Some(Outcome::Task(t)) => Dequeue::Task(task_from(t)),
+            Some(Outcome::Empty(_)) => Dequeue::Empty,
+            Some(Outcome::NoneAvailable(_)) => Dequeue::NoneAvailable,
+            None => return Err(StoreError::StoreUnavailable { what: "dequeue reply without outcome".into() }),
+        })
+    }
+
+    pub async fn enqueue(&self, bag: &str, payload: &[u8]) -> Result<()> {
+        let req = proto::EnqueueRequest { action: self.id, bag: bag.to_owned(), payload: payload.to_vec().into() };
+        self.rpc.clone().enqueue(req).await?;
+        Ok(())
+    }
+}
+
+struct F64Bytes(Vec<f64>);
+
+impl AsRef<[u8]> for F64Bytes {
+    fn as_ref(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+}
+
+fn task_from(t: proto::Task) -> Task {
+    Task { bag: t.bag, seq: t.seq, payload: t.payload.to_vec(), attempts: t.attempts, returns: t.returns }
+}
+
+async fn read_small(rpc: &Rpc, action: u64, key: &str, mode: proto::LockMode) -> Result<Option<Vec<u8>>> {
+    let r = rpc.clone().read_small(proto::SmallRef { action, key: key.to_owned(), mode: mode as i32 }).await?;
+    let v = r.into_inner();
+    Ok(v.found.then(|| v.value.to_vec()))
+}
+
+async fn get_block(rpc: &Rpc, action: u64, matrix: Uuid, i: u32, j: u32) -> Result<BlockData> {
+    let req = proto::BlockRef { action, matrix: matrix.as_bytes().to_vec().into(), i, j };
+    let mut stream = rpc.clone().get_block(req).await?.into_inner();
+    let truncated = || StoreError::Corrupt { what: format!("block ({i}, {j}) of {matrix}: truncated transfer") };
+    let first = stream.message().await?.ok_or_else(truncated)?;
+    let h = first.header.ok_or_else(truncated)?;
+    let header = BlockHeader { rows: h.rows, cols: h.cols, crc32c: h.crc32c };
+    let mut data = vec![0f64; h.rows as usize * h.cols as usize];
+    let buf: &mut [u8] = bytemuck::cast_slice_mut(&mut data);
+    let mut off = 0;
+    let mut chunk = first.data;
+    loop {
+        let end = off + chunk.len();
+        if end > buf.len() {
+            return Err(StoreError::Corrupt { what: format!("block ({i}, {j}) of {matrix}: longer than its header") });
+        }
+        buf[off..end].copy_from_slice(&chunk);
+        off = end;
+        match stream.message().await? {
+            Some(c) => chunk = c.data,
+            None => break,
+        }
+    }
+    if off != buf.len() {
+        return Err(truncated());
+    }
+    block::verify(&header, buf)
+        .map_err(|_| StoreError::Corrupt { what: format!("block ({i}, {j}) of {matrix}: checksum mismatch after transfer") })?;
+    Ok(BlockData { rows: h.rows as usize, cols: h.cols as usize, data })
+}
