@@ -1,1 +1,166 @@
-//! store
+//! The store node: a persistent object store (RocksDB) with nested atomic
+//! actions and recoverable queues, served over gRPC.
+//!
+//! [`start`] opens (or recovers) the data directory and serves until
+//! [`Running::shutdown`]; `master serve` and the embedded store of
+//! `master demo` are both this. The durability design is in
+//! `store/DURABILITY.md`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), store::ServeError> {
+//! let config = store::Config::new("/tmp/data".into(), "127.0.0.1:0".parse().unwrap());
+//! let node = store::start(config).await?;
+//! println!("serving on {}", node.addr());
+//! node.shutdown().await?;
+//! # Ok(()) }
+//! ```
+
+mod blocks;
+mod db;
+mod keys;
+mod node;
+mod rpc;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use store_client::proto::store_server::StoreServer;
+use store_client::{StoreError, MAX_MESSAGE_BYTES};
+use tokio::sync::oneshot;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Status};
+
+pub use blocks::MAX_BLOCK;
+pub use node::NodeConfig;
+
+/// Everything a store node is started with.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub data: PathBuf,
+    pub listen: SocketAddr,
+    /// Clients must present this shared token.
+    pub token: Option<String>,
+    /// RocksDB block cache, MiB.
+    pub cache_mib: usize,
+    pub node: NodeConfig,
+}
+
+impl Config {
+    pub fn new(data: PathBuf, listen: SocketAddr) -> Config {
+        Config { data, listen, token: None, cache_mib: 256, node: NodeConfig::default() }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot open the store at {path}: {source}")]
+    Open { path: PathBuf, source: rocksdb::Error },
+    #[error("cannot read the store at {path}: {source}")]
+    Read { path: PathBuf, source: StoreError },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("gRPC server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("server task failed: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// A serving node.
+pub struct Running {
+    addr: SocketAddr,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), ServeError>>,
+}
+
+impl Running {
+    /// The address it listens on (useful with port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, lets in-flight requests finish, closes the store.
+    pub async fn shutdown(self) -> Result<(), ServeError> {
+        let _ = self.stop.send(());
+        self.task.await?
+    }
+
+    /// Serves until the server fails (or forever).
+    pub async fn wait(self) -> Result<(), ServeError> {
+        let _keep = self.stop;
+        self.task.await?
+    }
+}
+
+/// Opens the data directory (recovering after a crash) and starts serving.
+pub async fn start(config: Config) -> Result<Running, ServeError> {
+    let (db, recovered) = db::Db::open(&config.data, config.cache_mib)
+        .map_err(|source| ServeError::Open { path: config.data.clone(), source })?;
+    tracing::info!(
+        boot = recovered.boot,
+        n_queue_elements = recovered.queue.len(),
+        n_garbage_versions = recovered.n_garbage_versions,
+        "store opened at {}",
+        config.data.display()
+    );
+    let records = db.matrix_records().map_err(|source| ServeError::Read { path: config.data.clone(), source })?;
+    let matrices = blocks::Matrices::load(records);
+    let node = Arc::new(node::Node::new(db, recovered.boot, recovered.queue, matrices, config.node.clone()));
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ServeError::Bind { addr: config.listen, source })?;
+    let addr = listener.local_addr().map_err(|source| ServeError::Bind { addr: config.listen, source })?;
+
+    let reaper = spawn_reaper(node.clone());
+    let token = config.token.clone().map(|t| format!("Bearer {t}"));
+    let service = StoreServer::new(rpc::Rpc { node })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .initial_stream_window_size(8 << 20)
+        .initial_connection_window_size(32 << 20)
+        .http2_keepalive_interval(Some(Duration::from_secs(1)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(3)))
+        .layer(tonic::service::interceptor(move |req: Request<()>| check_token(token.as_deref(), req)))
+        .add_service(service)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown_signal(stopped));
+    let task = tokio::spawn(async move {
+        let r = server.await;
+        reaper.abort();
+        r.map_err(ServeError::from)
+    });
+    tracing::info!("store node listening on {addr}");
+    Ok(Running { addr, stop, task })
+}
+
+fn shutdown_signal(stopped: oneshot::Receiver<()>) -> impl Future<Output = ()> {
+    async move {
+        let _ = stopped.await;
+    }
+}
+
+fn check_token(expected: Option<&str>, req: Request<()>) -> Result<Request<()>, Status> {
+    let Some(expected) = expected else { return Ok(req) };
+    match req.metadata().get("authorization").and_then(|v| v.to_str().ok()) {
+        Some(got) if got == expected => Ok(req),
+        Some(_) => Err(StoreError::Unauthenticated { what: "wrong cluster token".into() }.to_status()),
+        None => Err(StoreError::Unauthenticated { what: "this store node needs the cluster token (--token / STORE_TOKEN)".into() }
+            .to_status()),
+    }
+}
+
+fn spawn_reaper(node: Arc<node::Node>) -> tokio::task::JoinHandle<()> {
+    let period = (node.config.lease / 10).clamp(Duration::from_millis(10), Duration::from_millis(250));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tick.tick().await;
+            node.reap_expired();
+        }
+    })
+}

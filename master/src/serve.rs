@@ -1,0 +1,56 @@
+//! `master serve`: a store node in the foreground until SIGINT/SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// Directory of the RocksDB store (created if missing; recovered after a crash).
+    #[arg(long)]
+    data: PathBuf,
+    /// Address to listen on. Loopback unless you mean to serve other machines.
+    #[arg(long, default_value = store_client::DEFAULT_STORE_ADDR)]
+    listen: SocketAddr,
+    /// Shared cluster token that every client must present.
+    #[arg(long, env = "STORE_TOKEN")]
+    token: Option<String>,
+    /// RocksDB block cache size in MiB.
+    #[arg(long, default_value_t = 256)]
+    cache_mib: usize,
+    /// Milliseconds without a heartbeat after which a session's actions are aborted.
+    #[arg(long, default_value_t = 3000)]
+    lease_ms: u64,
+    /// Milliseconds a lock request waits before failing with LockTimeout.
+    #[arg(long, default_value_t = 10_000)]
+    lock_timeout_ms: u64,
+    /// Orphanings of a task after which it moves to the dead-letter bag.
+    #[arg(long, default_value_t = 3)]
+    attempt_limit: u32,
+    /// Enable test-only RPCs (corrupting a block on purpose). Never in production.
+    #[arg(long, hide = true)]
+    test_hooks: bool,
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
+    let mut config = store::Config::new(args.data.clone(), args.listen);
+    config.token = args.token;
+    config.cache_mib = args.cache_mib;
+    config.node.lease = Duration::from_millis(args.lease_ms);
+    config.node.lock_timeout = Duration::from_millis(args.lock_timeout_ms);
+    config.node.attempt_limit = args.attempt_limit;
+    config.node.test_hooks = args.test_hooks;
+    let running = store::start(config).await.context("starting the store node")?;
+    // A line on stdout that scripts and tests can wait for.
+    println!("listening {}", running.addr());
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+    running.shutdown().await?;
+    Ok(())
+}

@@ -1,0 +1,174 @@
+//! Matrices and their blocks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use actions::{ActionId, LockMode};
+use bytes::Bytes;
+use prost::Message;
+use store_client::block::{self, BlockHeader, HEADER_LEN};
+use store_client::{proto, MatrixInfo, StoreError};
+use uuid::Uuid;
+
+use crate::keys::{BlockKey, ObjKey, Tentative};
+use crate::node::Node;
+
+/// Largest block side: a block of 4096² doubles is 128 MiB.
+pub const MAX_BLOCK: u32 = 4096;
+
+/// The matrix records, cached in memory (they are few and small).
+#[derive(Default)]
+pub(crate) struct Matrices {
+    by_id: HashMap<Uuid, MatrixInfo>,
+    by_name: HashMap<String, Uuid>,
+}
+
+impl Matrices {
+    pub(crate) fn load(records: Vec<Vec<u8>>) -> Matrices {
+        let mut m = Matrices::default();
+        for r in records {
+            match proto::MatrixInfo::decode(&r[..]).map_err(|_| ()).and_then(|p| MatrixInfo::try_from(p).map_err(|_| ())) {
+                Ok(info) => m.insert(info),
+                Err(()) => tracing::error!("skipping an unreadable matrix record"),
+            }
+        }
+        m
+    }
+
+    fn insert(&mut self, info: MatrixInfo) {
+        self.by_name.insert(info.name.clone(), info.id);
+        self.by_id.insert(info.id, info);
+    }
+}
+
+/// The shape block `(i, j)` must have, or why it cannot exist.
+pub(crate) fn block_shape(m: &MatrixInfo, i: u32, j: u32) -> Result<(u32, u32), StoreError> {
+    let b = m.block as u64;
+    let (bi, bj) = (i as u64 * b, j as u64 * b);
+    if bi >= m.n_rows || bj >= m.n_cols {
+        return Err(StoreError::InvalidArgument {
+            what: format!("block ({i}, {j}) is outside matrix {:?} ({}x{}, block {})", m.name, m.n_rows, m.n_cols, m.block),
+        });
+    }
+    Ok(((m.n_rows - bi).min(b) as u32, (m.n_cols - bj).min(b) as u32))
+}
+
+impl Node {
+    pub(crate) fn create_matrix(&self, name: &str, n_rows: u64, n_cols: u64, block: u32) -> Result<MatrixInfo, StoreError> {
+        if name.is_empty() || name.len() > 200 || name.chars().any(|c| c.is_control()) {
+            return Err(StoreError::InvalidArgument { what: format!("matrix name {name:?}") });
+        }
+        if n_rows == 0 || n_cols == 0 || block == 0 || block > MAX_BLOCK {
+            return Err(StoreError::InvalidArgument {
+                what: format!("matrix {name:?}: {n_rows}x{n_cols} with block {block} (need sizes ≥ 1, 1 ≤ block ≤ {MAX_BLOCK})"),
+            });
+        }
+        let mut matrices = self.matrices.write().unwrap_or_else(|p| p.into_inner());
+        if matrices.by_name.contains_key(name) {
+            return Err(StoreError::AlreadyExists { what: format!("matrix {name:?}") });
+        }
+        let info = MatrixInfo { id: Uuid::new_v4(), name: name.to_owned(), n_rows, n_cols, block };
+        let record = proto::MatrixInfo {
+            id: info.id.as_bytes().to_vec().into(),
+            name: info.name.clone(),
+            n_rows,
+            n_cols,
+            block,
+        };
+        self.db.put_matrix(info.id, name, &record.encode_to_vec())?;
+        matrices.insert(info.clone());
+        Ok(info)
+    }
+
+    pub(crate) fn matrix(&self, id: Option<Uuid>, name: &str) -> Result<MatrixInfo, StoreError> {
+        let matrices = self.matrices.read().unwrap_or_else(|p| p.into_inner());
+        let id = match id {
+            Some(id) => id,
+            None => *matrices.by_name.get(name).ok_or_else(|| StoreError::NotFound { what: format!("matrix {name:?}") })?,
+        };
+        matrices.by_id.get(&id).cloned().ok_or_else(|| StoreError::NotFound { what: format!("matrix {id}") })
+    }
+
+    pub(crate) fn list_matrices(&self) -> Vec<MatrixInfo> {
+        let matrices = self.matrices.read().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<MatrixInfo> = matrices.by_id.values().cloned().collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    pub(crate) fn delete_matrix(&self, id: Uuid) -> Result<(), StoreError> {
+        let mut matrices = self.matrices.write().unwrap_or_else(|p| p.into_inner());
+        let info = matrices.by_id.get(&id).cloned().ok_or_else(|| StoreError::NotFound { what: format!("matrix {id}") })?;
+        self.db.delete_matrix(id, &info.name)?;
+        matrices.by_id.remove(&id);
+        matrices.by_name.remove(&info.name);
+        Ok(())
+    }
+
+    /// Reads a block: under a read lock inside `action` (its own tentative
+    /// version if it wrote one), or the committed version without a lock.
+    /// Returns the stored value (header and payload), checksum verified.
+    pub(crate) async fn get_block(&self, action: Option<ActionId>, key: BlockKey) -> Result<(BlockHeader, Bytes), StoreError> {
+        let m = self.matrix(Some(key.matrix), "")?;
+        block_shape(&m, key.i, key.j)?;
+        let mut version = None;
+        if let Some(a) = action {
+            let k = ObjKey::Block(key);
+            self.acquire(a, &k, LockMode::Read).await?;
+            version = self.lookup(a, &k)?.and_then(|t| t.staged_version());
+        }
+        let db = self.db.clone();
+        let value = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, StoreError> {
+            let version = match version {
+                Some(v) => v,
+                None => db.block_version(&key)?.ok_or_else(|| StoreError::NotFound { what: format!("{key:?} (never written)") })?,
+            };
+            db.read_version(version)?.ok_or_else(|| StoreError::Corrupt { what: format!("{key:?}: version {version} missing") })
+        })
+        .await
+        .map_err(|e| StoreError::Storage { what: e.to_string() })??;
+        let header = block::decode(&value, &|| format!("{key:?}"))?.0;
+        Ok((header, Bytes::from(value)))
+    }
+
+    /// Writes a block inside `action` under an overwrite lock. `value` is
+    /// the stored form (header space then payload), checked here.
+    pub(crate) async fn put_block(self: &Arc<Self>, action: ActionId, key: BlockKey, value: Vec<u8>) -> Result<(), StoreError> {
+        let m = self.matrix(Some(key.matrix), "")?;
+        let (rows, cols) = block_shape(&m, key.i, key.j)?;
+        let header = block::decode(&value, &|| format!("{key:?} as sent"))?.0;
+        if (header.rows, header.cols) != (rows, cols) {
+            return Err(StoreError::InvalidArgument {
+                what: format!("{key:?} must be {rows}x{cols}, got {}x{}", header.rows, header.cols),
+            });
+        }
+        debug_assert!(value.len() >= HEADER_LEN);
+        let k = ObjKey::Block(key);
+        self.acquire(action, &k, LockMode::Overwrite).await?;
+        let version = Uuid::new_v4();
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || db.stage_version(&key, version, &value))
+            .await
+            .map_err(|e| StoreError::Storage { what: e.to_string() })??;
+        match self.set_tentative(action, k, Tentative::Block(version)) {
+            Ok(replaced) => {
+                if let Some(old) = replaced {
+                    self.db.drop_staged(&[old])?;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // Aborted while we staged: the version is garbage now.
+                self.db.drop_staged(&[version])?;
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn corrupt_block_for_test(&self, key: BlockKey) -> Result<(), StoreError> {
+        if !self.config.test_hooks {
+            return Err(StoreError::InvalidArgument { what: "test hooks are disabled on this node".into() });
+        }
+        self.db.corrupt_block(&key)
+    }
+}

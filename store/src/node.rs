@@ -1,0 +1,418 @@
+//! The store node's core: the action manager, the bags and the sessions
+//! behind one mutex, wired to RocksDB. Decisions are made under the mutex
+//! in microseconds; RocksDB I/O and waits happen outside it.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+
+use actions::{Aborted, ActionError, ActionId, Lock, LockMode, Lookup, Manager, SessionId};
+use queue::{Bags, Dequeue, Dequeued};
+use store_client::StoreError;
+use tokio::sync::{oneshot, Notify};
+use uuid::Uuid;
+
+use crate::blocks::Matrices;
+use crate::db::Db;
+use crate::keys::{ObjKey, Tentative};
+
+/// Tunables of a node.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// A session without a heartbeat for this long is aborted.
+    pub lease: Duration,
+    /// How long a lock request waits before `LockTimeout`.
+    pub lock_timeout: Duration,
+    /// Orphanings after which a queue element is dead-lettered.
+    pub attempt_limit: u32,
+    /// Enables `CorruptBlockForTest`.
+    pub test_hooks: bool,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            lease: Duration::from_secs(3),
+            lock_timeout: Duration::from_secs(10),
+            attempt_limit: 3,
+            test_hooks: false,
+        }
+    }
+}
+
+pub(crate) struct SessionState {
+    pub(crate) name: String,
+    pub(crate) peer: String,
+    pub(crate) opened: Instant,
+    pub(crate) last_seen: Instant,
+    end: Option<oneshot::Sender<()>>,
+}
+
+pub(crate) struct Core {
+    pub(crate) actions: Manager<ObjKey, Tentative>,
+    pub(crate) bags: Bags,
+    pub(crate) sessions: HashMap<SessionId, SessionState>,
+    next_session: u64,
+    waiters: HashMap<ActionId, Arc<Notify>>,
+    bag_signals: HashMap<String, Arc<Notify>>,
+}
+
+impl Core {
+    fn wake(&mut self, ids: impl IntoIterator<Item = ActionId>) {
+        for id in ids {
+            if let Some(n) = self.waiters.get(&id) {
+                n.notify_one();
+            }
+        }
+    }
+
+    fn signal_bags(&mut self, bags: impl IntoIterator<Item = String>) {
+        for b in bags {
+            if let Some(n) = self.bag_signals.get(&b) {
+                n.notify_waiters();
+            }
+        }
+    }
+
+    fn bag_signal(&mut self, bag: &str) -> Arc<Notify> {
+        self.bag_signals.entry(bag.to_owned()).or_default().clone()
+    }
+
+    /// Undoes what aborted actions held in the bags and wakes whoever
+    /// waited on them. Returns the queue changes and staged versions to
+    /// clean up outside the lock.
+    fn after_abort(&mut self, aborted: Vec<Aborted<ObjKey, Tentative>>, orphaned: bool) -> Cleanup {
+        let mut cleanup = Cleanup::default();
+        for a in aborted {
+            for id in &a.actions {
+                let q = self.bags.abort(*id, orphaned);
+                for (bag, d) in &q.dead_lettered {
+                    tracing::warn!(bag, seq = d.seq, attempts = d.attempts, "task dead-lettered after repeated orphaning");
+                }
+                cleanup.queue.extend(q.mutations);
+                self.signal_bags(q.touched);
+            }
+            // Wake the aborted actions too, so a wait inside them ends now.
+            self.wake(a.woken.iter().chain(&a.actions).copied());
+            for id in &a.actions {
+                self.waiters.remove(id);
+            }
+            cleanup.versions.extend(a.dropped.iter().filter_map(|(_, t)| t.staged_version()));
+        }
+        cleanup
+    }
+}
+
+#[derive(Default)]
+struct Cleanup {
+    queue: Vec<queue::Mutation>,
+    versions: Vec<Uuid>,
+}
+
+/// A store node: objects, actions, bags and sessions.
+pub(crate) struct Node {
+    pub(crate) db: Arc<Db>,
+    core: Mutex<Core>,
+    pub(crate) matrices: RwLock<Matrices>,
+    pub(crate) config: NodeConfig,
+}
+
+pub(crate) fn action_error(e: ActionError) -> StoreError {
+    match e {
+        ActionError::Aborted { action } => StoreError::ActionAborted { action: action.0 },
+        ActionError::Deadlock { action, key } => StoreError::Deadlock { action: action.0, what: key },
+        ActionError::NotReadable { action, .. }
+        | ActionError::NotLocked { action, .. }
+        | ActionError::ChildrenActive { action }
+        | ActionError::Committing { action }
+        | ActionError::WrongLevel { action, .. } => StoreError::ActionState { action: action.0, what: e.to_string() },
+    }
+}
+
+impl Node {
+    pub(crate) fn new(
+        db: Arc<Db>,
+        boot: u64,
+        queue: Vec<(String, u64, Vec<u8>, u32)>,
+        matrices: Matrices,
+        config: NodeConfig,
+    ) -> Node {
+        let mut bags = Bags::new(config.attempt_limit);
+        for (bag, seq, payload, attempts) in queue {
+            bags.load(&bag, seq, payload, attempts);
+        }
+        // Ids carry the boot count in their high bits: an id from before a
+        // restart never names a new action or session.
+        let first = boot << 40;
+        let core = Core {
+            actions: Manager::with_first_id(first + 1),
+            bags,
+            sessions: HashMap::new(),
+            next_session: first + 1,
+            waiters: HashMap::new(),
+            bag_signals: HashMap::new(),
+        };
+        Node { db, core: Mutex::new(core), matrices: RwLock::new(matrices), config }
+    }
+
+    pub(crate) fn core(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    // ---- sessions ----
+
+    /// Registers a session; the receiver fires when the node ends it.
+    pub(crate) fn open_session(&self, name: String, peer: String) -> (SessionId, oneshot::Receiver<()>) {
+        let (tx, rx) = oneshot::channel();
+        let mut core = self.core();
+        let id = SessionId(core.next_session);
+        core.next_session += 1;
+        let now = Instant::now();
+        core.sessions.insert(id, SessionState { name, peer, opened: now, last_seen: now, end: Some(tx) });
+        tracing::info!(session = id.0, "session opened");
+        (id, rx)
+    }
+
+    pub(crate) fn heartbeat(&self, session: SessionId) -> Result<(), StoreError> {
+        let mut core = self.core();
+        let s = core.sessions.get_mut(&session).ok_or(StoreError::SessionExpired { session: session.0 })?;
+        s.last_seen = Instant::now();
+        Ok(())
+    }
+
+    /// Ends a session and aborts its running actions as orphans.
+    /// Idempotent: the stream task and the lease reaper may both call it.
+    pub(crate) fn close_session(&self, session: SessionId, why: &str) {
+        let cleanup = {
+            let mut core = self.core();
+            let Some(mut s) = core.sessions.remove(&session) else { return };
+            if let Some(end) = s.end.take() {
+                let _ = end.send(());
+            }
+            let aborted = core.actions.abort_session(session);
+            let n: usize = aborted.iter().map(|a| a.actions.len()).sum();
+            tracing::info!(session = session.0, name = s.name, n_aborted = n, "session ended: {why}");
+            core.after_abort(aborted, true)
+        };
+        self.clean_up(cleanup);
+    }
+
+    /// Ends every session whose lease has lapsed.
+    pub(crate) fn reap_expired(&self) {
+        let now = Instant::now();
+        let expired: Vec<SessionId> = self
+            .core()
+            .sessions
+            .iter()
+            .filter(|(_, s)| now.duration_since(s.last_seen) > self.config.lease)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in expired {
+            self.close_session(id, "lease lapsed");
+        }
+    }
+
+    fn clean_up(&self, cleanup: Cleanup) {
+        if let Err(e) = self.db.apply_queue(&cleanup.queue) {
+            tracing::error!("persisting attempt counts failed: {e}");
+        }
+        if let Err(e) = self.db.drop_staged(&cleanup.versions) {
+            tracing::warn!("dropping staged versions failed (collected at next start): {e}");
+        }
+    }
+
+    // ---- actions ----
+
+    pub(crate) fn begin(&self, session: SessionId, parent: Option<ActionId>) -> Result<ActionId, StoreError> {
+        let mut core = self.core();
+        if parent.is_none() && !core.sessions.contains_key(&session) {
+            return Err(StoreError::SessionExpired { session: session.0 });
+        }
+        core.actions.begin(session, parent).map_err(action_error)
+    }
+
+    pub(crate) fn abort(&self, action: ActionId) -> Result<(), StoreError> {
+        let cleanup = {
+            let mut core = self.core();
+            let aborted = core.actions.abort(action).map_err(action_error)?;
+            core.after_abort(vec![aborted], false)
+        };
+        self.clean_up(cleanup);
+        Ok(())
+    }
+
+    /// Commits a nested action into its parent, or a top-level action
+    /// durably: its writes and queue changes in one synced batch.
+    pub(crate) async fn commit(self: &Arc<Self>, action: ActionId) -> Result<(), StoreError> {
+        let prepared = {
+            let mut core = self.core();
+            core.actions.check(action).map_err(action_error)?;
+            if core.actions.parent_of(action).is_some() {
+                let nc = core.actions.commit_nested(action).map_err(action_error)?;
+                core.bags.commit_nested(action, nc.parent);
+                core.wake(nc.woken);
+                core.waiters.remove(&action);
+                drop(core);
+                let versions: Vec<Uuid> = nc.superseded.iter().filter_map(Tentative::staged_version).collect();
+                self.clean_up(Cleanup { queue: Vec::new(), versions });
+                return Ok(());
+            }
+            let set = core.actions.prepare_commit(action).map_err(action_error)?;
+            let q = core.bags.prepare_commit(action);
+            (set.writes, q)
+        };
+        let node = self.clone();
+        let (writes, q) = prepared;
+        let (result, writes) = tokio::task::spawn_blocking(move || {
+            let r = node.db.commit(&writes, &q);
+            (r, writes)
+        })
+        .await
+        .map_err(|e| StoreError::Storage { what: format!("commit task failed: {e}") })?;
+        {
+            let mut core = self.core();
+            let woken = core.actions.finish_commit(action);
+            let touched = core.bags.finish_commit(action, result.is_ok());
+            core.wake(woken);
+            core.signal_bags(touched);
+            core.waiters.remove(&action);
+        }
+        if let Err(e) = &result {
+            tracing::error!(action = action.0, "commit failed, action aborted: {e}");
+            let versions = writes.iter().filter_map(|(_, t)| t.staged_version()).collect();
+            self.clean_up(Cleanup { queue: Vec::new(), versions });
+        }
+        result
+    }
+
+    /// Takes a lock for `action`, waiting up to the lock timeout.
+    pub(crate) async fn acquire(&self, action: ActionId, key: &ObjKey, mode: LockMode) -> Result<(), StoreError> {
+        let deadline = tokio::time::Instant::now() + self.config.lock_timeout;
+        loop {
+            let notify = {
+                let mut core = self.core();
+                match core.actions.lock(action, key.clone(), mode).map_err(action_error)? {
+                    Lock::Granted => return Ok(()),
+                    Lock::Wait => core.waiters.entry(action).or_default().clone(),
+                }
+            };
+            // notify_one stores a permit, so a release between unlocking
+            // and awaiting is not lost.
+            if tokio::time::timeout_at(deadline, notify.notified()).await.is_err() {
+                let mut core = self.core();
+                core.actions.cancel_wait(action);
+                core.actions.check(action).map_err(action_error)?;
+                return Err(StoreError::LockTimeout { action: action.0, what: format!("{key:?}") });
+            }
+        }
+    }
+
+    /// Where `action` finds `key` after locking it.
+    pub(crate) fn lookup(&self, action: ActionId, key: &ObjKey) -> Result<Option<Tentative>, StoreError> {
+        let core = self.core();
+        match core.actions.lookup(action, key).map_err(action_error)? {
+            Lookup::Tentative(t) => Ok(Some(t.clone())),
+            Lookup::Committed => Ok(None),
+        }
+    }
+
+    /// Records a tentative state; returns a staged version it replaced.
+    pub(crate) fn set_tentative(&self, action: ActionId, key: ObjKey, t: Tentative) -> Result<Option<Uuid>, StoreError> {
+        let mut core = self.core();
+        let old = core.actions.set_tentative(action, key, t).map_err(action_error)?;
+        Ok(old.and_then(|o| o.staged_version()))
+    }
+
+    // ---- small objects ----
+
+    pub(crate) async fn read_small(&self, action: Option<ActionId>, key: &str, mode: LockMode) -> Result<Option<Vec<u8>>, StoreError> {
+        let Some(action) = action else { return self.db.get_small(key) };
+        let k = ObjKey::Small(key.to_owned());
+        self.acquire(action, &k, mode).await?;
+        match self.lookup(action, &k)? {
+            Some(Tentative::Small(v)) => Ok(Some(v)),
+            Some(_) => Ok(None),
+            None => self.db.get_small(key),
+        }
+    }
+
+    pub(crate) async fn write_small(&self, action: ActionId, key: &str, value: Option<Vec<u8>>) -> Result<(), StoreError> {
+        let k = ObjKey::Small(key.to_owned());
+        self.acquire(action, &k, LockMode::Write).await?;
+        let t = value.map_or(Tentative::Deleted, Tentative::Small);
+        self.set_tentative(action, k, t)?;
+        Ok(())
+    }
+
+    // ---- queues ----
+
+    /// Dequeues inside `action`; waits up to `wait` while the bag has
+    /// elements but none is free.
+    pub(crate) async fn dequeue(&self, action: ActionId, bag: &str, wait: Duration) -> Result<Dequeue, StoreError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let mut signal = {
+                let mut core = self.core();
+                core.actions.check(action).map_err(action_error)?;
+                match core.bags.dequeue(action, bag) {
+                    Dequeue::NoneAvailable if tokio::time::Instant::now() < deadline => {
+                        let mut n: Pin<Box<tokio::sync::futures::OwnedNotified>> = Box::pin(core.bag_signal(bag).notified_owned());
+                        // Registered before the lock is released: no lost wake-up.
+                        n.as_mut().enable();
+                        n
+                    }
+                    other => return Ok(other),
+                }
+            };
+            if tokio::time::timeout_at(deadline, signal.as_mut()).await.is_err() {
+                // One last look, so a wake at the deadline is not lost.
+                let mut core = self.core();
+                core.actions.check(action).map_err(action_error)?;
+                return Ok(core.bags.dequeue(action, bag));
+            }
+        }
+    }
+
+    pub(crate) fn enqueue(&self, action: ActionId, bag: &str, payload: Vec<u8>) -> Result<(), StoreError> {
+        let mut core = self.core();
+        core.actions.check(action).map_err(action_error)?;
+        core.bags.enqueue(action, bag, payload);
+        Ok(())
+    }
+
+    pub(crate) fn bag_stats(&self, bag: &str) -> (queue::BagStats, queue::BagStats) {
+        let core = self.core();
+        (core.bags.stats(bag), core.bags.stats(&queue::dead_letter_bag(bag)))
+    }
+
+    pub(crate) fn list_bag(&self, bag: &str) -> Vec<Dequeued> {
+        let core = self.core();
+        core.bags
+            .peek_all(bag)
+            .into_iter()
+            .map(|(seq, payload, attempts)| Dequeued { bag: bag.to_owned(), seq, payload, attempts, returns: 0 })
+            .collect()
+    }
+}
+
+impl Node {
+    pub(crate) fn sessions_info(&self) -> Vec<store_client::proto::SessionInfo> {
+        let core = self.core();
+        let now = Instant::now();
+        let mut v: Vec<_> = core
+            .sessions
+            .iter()
+            .map(|(id, s)| store_client::proto::SessionInfo {
+                session: id.0,
+                client_name: s.name.clone(),
+                peer: s.peer.clone(),
+                age_ms: now.duration_since(s.opened).as_millis() as u64,
+                since_heartbeat_ms: now.duration_since(s.last_seen).as_millis() as u64,
+                n_actions: core.actions.n_actions_of(*id) as u32,
+            })
+            .collect();
+        v.sort_by_key(|s| s.session);
+        v
+    }
+}
