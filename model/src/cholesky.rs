@@ -1,0 +1,284 @@
+//! Left-looking blocked Cholesky `A = G·Gᵀ`, one task per lower block
+//! (thesis §3.8.2, eqs. 3.18–3.27, App. A, Table 3.4), in the thesis's three
+//! synchronisation variants and a dependency-driven one.
+
+use serde::{Deserialize, Serialize};
+
+use crate::options::Options;
+use crate::params::ELEMENT_BYTES;
+use crate::primitives::Primitives;
+use crate::schedule::{Bounds, Step, TaskCost};
+use crate::volumes::{block_widths, Volumes};
+
+/// How the tasks are synchronised (thesis §2.4.8, Fig. 2.8; DESIGN §7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Variant {
+    /// One ordered bag, per-block ready flags.
+    SingleBag,
+    /// `2p−1` bags: each diagonal task alone, then its column's solves.
+    MultiStep1,
+    /// The diagonal task `(j+1,j+1)` merged with `(j+1,j)`.
+    MultiStep2,
+    /// Beyond the thesis: a task's commit enqueues the successors whose last
+    /// input it produced, so no slave waits on a flag and there are no
+    /// barriers. Bounded by the critical path and by `T₁/s`.
+    Dag,
+}
+
+fn ops(t: &Primitives) -> f64 {
+    t.tmult + t.tsub()
+}
+
+/// Cost of the diagonal task `(j,j)` (A.11):
+/// `j·tget + (j−1)(tmult+tsub) + tchol + tput`.
+pub fn diag_task(t: &Primitives, j: u64) -> TaskCost {
+    let jf = j as f64;
+    TaskCost {
+        disk: jf * t.tdget + t.tdput,
+        net: (jf + 1.0) * t.tcom,
+        comp: (jf - 1.0) * ops(t) + t.tchol,
+    }
+}
+
+/// Cost of an off-diagonal task `(i,j)`, `i > j` (A.12):
+/// `2j·tget + (j−1)(tmult+tsub) + tsolve + tput`.
+pub fn off_task(t: &Primitives, j: u64) -> TaskCost {
+    let jf = j as f64;
+    TaskCost {
+        disk: 2.0 * jf * t.tdget + t.tdput,
+        net: (2.0 * jf + 1.0) * t.tcom,
+        comp: (jf - 1.0) * ops(t) + t.tsolve,
+    }
+}
+
+/// `T₁ = (p/6)(p+1)(2p+1)tget + (p/2)(p+1)tput + (p/6)(p²−1)(tmult+tsub)
+/// + (p/2)(p−1)tsolve + p·tchol` (3.18 = A.6 = A.13).
+pub fn t1_eq_3_18(t: &Primitives, p: u64) -> f64 {
+    let p = p as f64;
+    p / 6.0 * (p + 1.0) * (2.0 * p + 1.0) * t.tget
+        + p / 2.0 * (p + 1.0) * t.tput
+        + p / 6.0 * (p * p - 1.0) * ops(t)
+        + p / 2.0 * (p - 1.0) * t.tsolve
+        + p * t.tchol
+}
+
+/// `Tcomm = (p/6)(p+1)(2p+1)tget + (p/2)(p+1)tput` (App. A.1.2).
+pub fn tcomm(t: &Primitives, p: u64) -> f64 {
+    let p = p as f64;
+    p / 6.0 * (p + 1.0) * (2.0 * p + 1.0) * t.tget + p / 2.0 * (p + 1.0) * t.tput
+}
+
+/// Single-bag `lwr{T∞}`: the maximum of `Tcomm`, the average task
+/// `T₁/(p(p+1)/2)` (A.7) and the two longest tasks `T(p,p−1)`, `T(p,p)`
+/// (App. A.1.2).
+pub fn single_bag_lwr_inf(t: &Primitives, p: u64) -> f64 {
+    let pf = p as f64;
+    let mut lwr = tcomm(t, p).max(t1_eq_3_18(t, p) / (pf * (pf + 1.0) / 2.0));
+    lwr = lwr.max(diag_task(t, p).total());
+    if p > 1 {
+        lwr = lwr.max(off_task(t, p - 1).total());
+    }
+    lwr
+}
+
+/// Single-bag `upr{T∞} = Tcomm + (p−1)(tmult+tsub+tsolve) + p·tchol`
+/// (3.20 = A.10).
+pub fn single_bag_upr_inf_eq_3_20(t: &Primitives, p: u64) -> f64 {
+    let pf = p as f64;
+    tcomm(t, p) + (pf - 1.0) * (ops(t) + t.tsolve) + pf * t.tchol
+}
+
+/// Multi-step(1) `lwr{T∞}` (A.14), the thesis's relaxed closed form.
+pub fn multi_step1_lwr_inf_eq_a14(t: &Primitives, p: u64) -> f64 {
+    let p = p as f64;
+    let a = p / 6.0 * (p + 1.0) * (2.0 * p + 1.0) * t.tget
+        + p / 2.0 * (p - 1.0) * ops(t)
+        + p * t.tchol
+        + p / 2.0 * (p + 1.0) * t.tput;
+    let b = p / 2.0 * (3.0 * p - 1.0) * t.tget
+        + (p - 1.0) * (p - 1.0) * ops(t)
+        + (p - 1.0) * t.tsolve
+        + p * t.tchol
+        + (2.0 * p - 1.0) * t.tput;
+    a.max(b)
+}
+
+/// Multi-step(1) `upr{T∞} = Tcomm + (p−1)²(tmult+tsub) + p·tchol +
+/// (p−1)tsolve` (A.15; the looser (3.23) has `p(p−1)` and `p·tsolve`).
+pub fn multi_step1_upr_inf_eq_a15(t: &Primitives, p: u64) -> f64 {
+    let pf = p as f64;
+    tcomm(t, p) + (pf - 1.0) * (pf - 1.0) * ops(t) + pf * t.tchol + (pf - 1.0) * t.tsolve
+}
+
+/// Block reads `(N₂, N₃)` and server memory `m₂` for the caching
+/// organisations of Table 3.4: 0 none, 1 a block row at the server, 2 all
+/// at the server. For (3.26)–(3.27).
+pub fn read_counts_table_3_4(org: u8, p: u64, n: u64, b: u64, s: u64) -> (f64, f64, f64) {
+    let (p, n, b, s) = (p as f64, n as f64, b as f64, s as f64);
+    match org {
+        0 => (0.0, p / 6.0 * (p + 1.0) * (2.0 * p + 1.0), 0.0),
+        1 => (p / 6.0 * (p * p - 1.0), p / 6.0 * (p + 1.0) * (p + 2.0), 16.0 * n * b * s),
+        _ => (p / 3.0 * (p * p - 1.0), p / 2.0 * (p + 1.0), 16.0 * n * n),
+    }
+}
+
+/// `T₁` with cached reads (3.26).
+pub fn t1_eq_3_26(t: &Primitives, p: u64, n2: f64, n3: f64) -> f64 {
+    let pf = p as f64;
+    n2 * t.tget_cached + n3 * t.tget + pf / 6.0 * (pf * pf - 1.0) * ops(t)
+        + pf / 2.0 * (pf - 1.0) * t.tsolve
+        + pf * t.tchol
+        + pf / 2.0 * (pf + 1.0) * t.tput
+}
+
+/// Single-bag `lwr{T∞}` with cached reads (3.27).
+pub fn lwr_inf_eq_3_27(t: &Primitives, p: u64, n2: f64, n3: f64) -> f64 {
+    let pf = p as f64;
+    (n2 * t.tget_cached + n3 * t.tget + pf / 2.0 * (pf + 1.0) * t.tput)
+        .max(t1_eq_3_26(t, p, n2, n3) / (pf / 2.0 * (pf + 1.0)))
+}
+
+/// Barrier steps of the multi-step variants: multi-step(1) is
+/// `T(1,1) | col 1 | T(2,2) | col 2 | …`; multi-step(2) is
+/// `T(1,1) | {T(2,1)+T(2,2), T(3..p,1)} | {T(3,2)+T(3,3), T(4..p,2)} | …`
+/// (3.24, 3.25; the thesis's (3.25) leaves out the first task `T(1,1)`,
+/// which this includes). Single-bag and dag give one step of all tasks.
+pub fn steps(t: &Primitives, p: u64, variant: Variant) -> Vec<Step> {
+    let mut steps = Vec::new();
+    match variant {
+        Variant::MultiStep1 => {
+            for j in 1..=p {
+                steps.push(Step::single(diag_task(t, j)));
+                if j < p {
+                    let mut col = Step::default();
+                    col.push(p - j, off_task(t, j));
+                    steps.push(col);
+                }
+            }
+        }
+        Variant::MultiStep2 => {
+            steps.push(Step::single(diag_task(t, 1)));
+            for j in 1..p {
+                let (o, d) = (off_task(t, j), diag_task(t, j + 1));
+                let mut st = Step::single(TaskCost {
+                    disk: o.disk + d.disk,
+                    net: o.net + d.net,
+                    comp: o.comp + d.comp,
+                });
+                st.push(p - j - 1, o);
+                steps.push(st);
+            }
+        }
+        Variant::SingleBag | Variant::Dag => {
+            let mut all = Step::default();
+            for j in 1..=p {
+                all.push(1, diag_task(t, j));
+                all.push(p - j, off_task(t, j));
+            }
+            steps.push(all);
+        }
+    }
+    steps
+}
+
+/// Longest chains of the task graph (`(i,j)` needs `(i,k)`, `(j,k)` for
+/// `k < j`, and `(j,j)` if `i > j`): `(whole tasks, compute only)`.
+pub fn critical_paths(t: &Primitives, p: u64) -> (f64, f64) {
+    let chain = |w: &dyn Fn(&TaskCost) -> f64| -> f64 {
+        let p = p as usize;
+        // row_max[i] = max over k < j of F(i,k), for the current column j.
+        let mut row_max = vec![0.0f64; p + 1];
+        let mut longest = 0.0f64;
+        for j in 1..=p {
+            let fjj = w(&diag_task(t, j as u64)) + row_max[j];
+            let off = w(&off_task(t, j as u64));
+            let mut col = vec![(j, fjj)];
+            for (i, rm) in row_max.iter().enumerate().skip(j + 1) {
+                col.push((i, off + rm.max(row_max[j]).max(fjj)));
+            }
+            for (i, f) in col {
+                row_max[i] = row_max[i].max(f);
+                longest = longest.max(f);
+            }
+        }
+        longest
+    };
+    (chain(&TaskCost::total), chain(&|c: &TaskCost| c.comp))
+}
+
+/// Tasks, reads and writes; edge blocks counted at their real size.
+/// The merged task of multi-step(2) reads what its two parts read, as in
+/// the thesis's counts.
+pub fn volumes(n: u64, b: u64) -> Volumes {
+    let w = block_widths(n, b);
+    let p = w.len();
+    let (mut gets, mut get_el, mut put_el) = (0u64, 0.0, 0.0);
+    let mut prefix = 0.0; // Σ_{k<j} w_k
+    for j in 0..p {
+        for i in j..p {
+            put_el += w[i] * w[j];
+            get_el += w[i] * w[j] + (w[i] + if i > j { w[j] } else { 0.0 }) * prefix;
+            gets += 1 + j as u64 * if i > j { 2 } else { 1 };
+            if i > j {
+                get_el += w[j] * w[j];
+                gets += 1;
+            }
+        }
+        prefix += w[j];
+    }
+    let pu = p as u64;
+    Volumes {
+        n_tasks: pu * (pu + 1) / 2,
+        input_bytes: ELEMENT_BYTES * put_el,
+        n_gets: gets,
+        get_bytes: ELEMENT_BYTES * get_el,
+        n_puts: pu * (pu + 1) / 2,
+        put_bytes: ELEMENT_BYTES * put_el,
+    }
+}
+
+/// Flop count `n³/3`.
+pub fn flops(n: u64) -> f64 {
+    (n as f64).powi(3) / 3.0
+}
+
+/// Memory per slave: an accumulator and two operand blocks (`3·8b²`), one
+/// more for the merged task of multi-step(2), twice with slave overlap.
+pub fn memory_per_slave(b: u64, variant: Variant, options: &Options) -> f64 {
+    let blocks = if variant == Variant::MultiStep2 { 4.0 } else { 3.0 };
+    let k = if options.slave_overlap { 2.0 } else { 1.0 };
+    k * blocks * ELEMENT_BYTES * (b * b) as f64
+}
+
+/// Bounds with `s` slaves for the variants without barriers.
+///
+/// Upper bound: `W + TCOMP/s + CPcomp`, where `CPcomp` is the longest chain
+/// of compute times. For the dag variant this is a list-scheduling
+/// argument: at any instant the store is busy, or every slave computes, or
+/// a slave is idle and then a task of the chain that finishes last is
+/// computing. For single-bag, whose slaves hold tasks while waiting on
+/// flags, the same expression is an estimate, not a proven bound; for
+/// `s ≥ N` it is capped by (3.20).
+pub(crate) fn graph_bounds(t: &Primitives, p: u64, all: &Step, s: u64, ov: crate::schedule::Overlap, variant: Variant) -> Bounds {
+    let (cp_total, cp_comp) = critical_paths(t, p);
+    let n = all.n_tasks();
+    let t1 = all.t1(ov);
+    let s_eff = if ov.slave { s.min(n.div_ceil(2)) } else { s.min(n) };
+    // Single-bag: the store, the parallelism and the longest task
+    // (A.7 and App. A.1.2; with no overlap this is at least
+    // `single_bag_lwr_inf`). Dag: whole-task dependencies hold, so the
+    // critical path is a lower bound too.
+    let mut lwr = all.store_busy(ov).max(t1 / s_eff as f64).max(all.longest());
+    if variant == Variant::Dag {
+        lwr = lwr.max(cp_total);
+    }
+    let serial = all.io() + all.comp();
+    let mut upr = (all.io() + all.comp() / s as f64 + cp_comp).min(serial);
+    if variant == Variant::SingleBag && s >= n {
+        upr = upr.min(single_bag_upr_inf_eq_3_20(t, p));
+    }
+    if s >= n {
+        upr = upr.min(all.io() + cp_comp);
+    }
+    Bounds { lwr, upr }
+}

@@ -1,0 +1,188 @@
+//! Blocked Crout LU, without and with partial pivoting (thesis §5.7,
+//! eqs. 5.26–5.31, App. B, B.1–B.9).
+//!
+//! Per block column `k` there are three bags with barriers between them: a
+//! multiply step (`p−k+1` tasks), a serial factor step (factor the diagonal
+//! block, solve the blocks below it and, with pivoting, search and swap
+//! rows), and a solve step (`p−k` tasks).
+
+use crate::options::Options;
+use crate::params::ELEMENT_BYTES;
+use crate::primitives::Primitives;
+use crate::schedule::{Step, TaskCost};
+use crate::volumes::{block_widths, Volumes};
+
+fn ops(t: &Primitives) -> f64 {
+    t.tmult + t.tsub()
+}
+
+fn task(t: &Primitives, gets: f64, puts: f64, comp: f64) -> TaskCost {
+    TaskCost {
+        disk: gets * t.tdget + puts * t.tdput,
+        net: (gets + puts) * t.tcom,
+        comp,
+    }
+}
+
+/// One task of the `k`th multiply step: `(2k−1)tget + (k−1)(tmult+tsub) + tput` (B.2).
+pub fn multiply_task(t: &Primitives, k: u64) -> TaskCost {
+    let k = k as f64;
+    task(t, 2.0 * k - 1.0, 1.0, (k - 1.0) * ops(t))
+}
+
+/// The `k`th factor step, one serial task:
+/// `Tfactnp(k) = (p−k+1)(tget+tput) + (p−k)tsolve + tlu` (B.1), plus with
+/// pivoting `Tpiv(k) = p(2p−2k+1)tget + p(p−k+1)tput` (5.27).
+pub fn factor_task(t: &Primitives, p: u64, k: u64, pivot: bool) -> TaskCost {
+    let (p, k) = (p as f64, k as f64);
+    let (mut gets, mut puts) = (p - k + 1.0, p - k + 1.0);
+    if pivot {
+        gets += p * (2.0 * p - 2.0 * k + 1.0);
+        puts += p * (p - k + 1.0);
+    }
+    task(t, gets, puts, (p - k) * t.tsolve + t.tlu)
+}
+
+/// One task of the `k`th solve step: `2k·tget + (k−1)(tmult+tsub) + tsolve + tput` (B.3).
+pub fn solve_task(t: &Primitives, k: u64) -> TaskCost {
+    let k = k as f64;
+    task(t, 2.0 * k, 1.0, (k - 1.0) * ops(t) + t.tsolve)
+}
+
+/// The `3p−1` barrier steps.
+pub fn steps(t: &Primitives, p: u64, pivot: bool) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for k in 1..=p {
+        let mut mult = Step::default();
+        mult.push(p - k + 1, multiply_task(t, k));
+        steps.push(mult);
+        steps.push(Step::single(factor_task(t, p, k, pivot)));
+        if k < p {
+            let mut solve = Step::default();
+            solve.push(p - k, solve_task(t, k));
+            steps.push(solve);
+        }
+    }
+    steps
+}
+
+/// `TNOPIV₁ = (p/3)(p+1)(2p+1)tget + (p/2)(3p+1)tput
+/// + (p/6)(p−1)(2p−1)(tmult+tsub) + p(p−1)tsolve + p·tlu` (5.29 = B.4).
+pub fn t1_nopiv_eq_5_29(t: &Primitives, p: u64) -> f64 {
+    let p = p as f64;
+    p / 3.0 * (p + 1.0) * (2.0 * p + 1.0) * t.tget
+        + p / 2.0 * (3.0 * p + 1.0) * t.tput
+        + p / 6.0 * (p - 1.0) * (2.0 * p - 1.0) * ops(t)
+        + p * (p - 1.0) * t.tsolve
+        + p * t.tlu
+}
+
+/// `Tpiv₁ = p³tget + (p²/2)(p+1)tput` (5.28).
+pub fn tpiv_eq_5_28(t: &Primitives, p: u64) -> f64 {
+    let p = p as f64;
+    p * p * p * t.tget + p * p / 2.0 * (p + 1.0) * t.tput
+}
+
+/// `TPIV₁ = (p/3)(5p²+3p+1)tget + (p/2)(p²+4p+1)tput
+/// + (p/6)(p−1)(2p−1)(tmult+tsub) + p(p−1)tsolve + p·tlu` (B.5).
+pub fn t1_piv_eq_b5(t: &Primitives, p: u64) -> f64 {
+    let p = p as f64;
+    p / 3.0 * (5.0 * p * p + 3.0 * p + 1.0) * t.tget
+        + p / 2.0 * (p * p + 4.0 * p + 1.0) * t.tput
+        + p / 6.0 * (p - 1.0) * (2.0 * p - 1.0) * ops(t)
+        + p * (p - 1.0) * t.tsolve
+        + p * t.tlu
+}
+
+/// `lwr{TNOPIV∞}` (5.30 = B.6), the thesis's relaxed closed form; with
+/// pivoting `+ Tpiv₁` (B.7).
+pub fn lwr_inf_eq_5_30(t: &Primitives, p: u64, pivot: bool) -> f64 {
+    let pf = p as f64;
+    let common = pf / 2.0 * (3.0 * pf + 1.0) * t.tput + pf * t.tlu;
+    let a = pf / 3.0 * (pf + 1.0) * (2.0 * pf + 1.0) * t.tget + pf / 2.0 * (pf - 1.0) * t.tsolve;
+    let b = pf / 2.0 * (5.0 * pf - 1.0) * t.tget
+        + (pf - 1.0) * (pf - 1.0) * ops(t)
+        + 0.5 * (pf - 1.0) * (pf + 2.0) * t.tsolve;
+    common + a.max(b) + if pivot { tpiv_eq_5_28(t, p) } else { 0.0 }
+}
+
+/// `upr{TNOPIV∞} = (p/3)(p+1)(2p+1)tget + (p/2)(3p+1)tput + (p−1)²(tmult+tsub)
+/// + ½(p−1)(p+2)tsolve + p·tlu` (5.31 = B.8); with pivoting `+ Tpiv₁` (B.9;
+/// the printed (B.9) has `p(p−1)(tmult+tsub)`, a slip: B.8 + Tpiv₁ gives `(p−1)²`).
+pub fn upr_inf_eq_5_31(t: &Primitives, p: u64, pivot: bool) -> f64 {
+    let pf = p as f64;
+    pf / 3.0 * (pf + 1.0) * (2.0 * pf + 1.0) * t.tget
+        + pf / 2.0 * (3.0 * pf + 1.0) * t.tput
+        + (pf - 1.0) * (pf - 1.0) * ops(t)
+        + 0.5 * (pf - 1.0) * (pf + 2.0) * t.tsolve
+        + pf * t.tlu
+        + if pivot { tpiv_eq_5_28(t, p) } else { 0.0 }
+}
+
+/// Tasks, reads and writes. Block reads and writes of the Crout steps are
+/// counted at their real sizes; the pivoting reads and writes (5.26, 5.27)
+/// at the average block size `(n/p)²`.
+pub fn volumes(n: u64, b: u64, pivot: bool) -> Volumes {
+    let w = block_widths(n, b);
+    let p = w.len();
+    let (mut gets, mut puts, mut get_el, mut put_el, mut tasks) = (0u64, 0u64, 0.0, 0.0, 0u64);
+    let mut prefix = 0.0; // Σ_{j<k} w_j
+    for k in 0..p {
+        // Multiply step: task (i,k), i >= k, reads A(i,k), L(i,j), U(j,k) for j < k.
+        for &wi in &w[k..] {
+            tasks += 1;
+            gets += 1 + 2 * k as u64;
+            puts += 1;
+            get_el += wi * w[k] + (wi + w[k]) * prefix;
+            put_el += wi * w[k];
+        }
+        // Factor step: reads and writes X(i,k) for i >= k.
+        tasks += 1;
+        let col: f64 = w[k..].iter().map(|wi| wi * w[k]).sum();
+        gets += (p - k) as u64;
+        puts += (p - k) as u64;
+        get_el += col;
+        put_el += col;
+        // Solve step: task (k,j), j > k, reads A(k,j), L(k,i), U(i,j) for i < k, and L(k,k).
+        for &wj in &w[k + 1..] {
+            tasks += 1;
+            gets += 2 + 2 * k as u64;
+            puts += 1;
+            get_el += w[k] * wj + (w[k] + wj) * prefix + w[k] * w[k];
+            put_el += w[k] * wj;
+        }
+        prefix += w[k];
+    }
+    if pivot {
+        let pf = p as f64;
+        let avg = (n as f64 / pf).powi(2);
+        let piv_gets = pf * pf * pf; // Σ_k p(2p−2k+1) = p³
+        let piv_puts = pf * pf * (pf + 1.0) / 2.0; // Σ_k p(p−k+1)
+        gets += piv_gets as u64;
+        puts += piv_puts as u64;
+        get_el += piv_gets * avg;
+        put_el += piv_puts * avg;
+    }
+    let nf = n as f64;
+    Volumes {
+        n_tasks: tasks,
+        input_bytes: ELEMENT_BYTES * nf * nf,
+        n_gets: gets,
+        get_bytes: ELEMENT_BYTES * get_el,
+        n_puts: puts,
+        put_bytes: ELEMENT_BYTES * put_el,
+    }
+}
+
+/// Flop count `2n³/3`.
+pub fn flops(n: u64) -> f64 {
+    2.0 * (n as f64).powi(3) / 3.0
+}
+
+/// Memory per slave: three blocks (an accumulator and two operands; the
+/// factor step holds the diagonal block and one below it), twice with
+/// slave overlap.
+pub fn memory_per_slave(b: u64, options: &Options) -> f64 {
+    let k = if options.slave_overlap { 2.0 } else { 1.0 };
+    k * 3.0 * ELEMENT_BYTES * (b * b) as f64
+}

@@ -1,0 +1,107 @@
+//! Options: how the run is organised, and the extensions of the thesis's
+//! model for this implementation (each off by default, so the default
+//! options give the thesis's equations).
+
+use serde::{Deserialize, Serialize};
+
+/// Caching organisations for matrix multiply (thesis Table 3.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MatmulCaching {
+    /// 1. No caching: `N₃ = 2p³`.
+    #[default]
+    None,
+    /// 2. One block of A at the server, slaves in step: `N₂ = (p³/s)(s−1)`,
+    ///    `N₃ = (p³/s)(s+1)`, `m₂ = 8b²`.
+    ServerBlockOfA,
+    /// 3. A block row of A at the server (`s ≤ p`): `N₂ = p²(p−1)`,
+    ///    `N₃ = p²(p+1)`, `m₂ = 8nb(1+s)` (file-system LRU).
+    ServerBlockRow,
+    /// 4. Both operands at the server: `N₂ = 2p²(p−1)`, `N₃ = 2p²`, `m₂ = 16n²`.
+    ServerAll,
+    /// 5. The first `c < p` blocks of each A row at the slave:
+    ///    `N₁ = cp(p−1)`, `N₃ = p(2p² − cp + c)`, `m₁ = 8cb²`.
+    SlaveBlocks {
+        /// Blocks cached per slave.
+        c: u64,
+    },
+    /// 6. A block row of A at the slave: `N₁ = p²(p−1)`, `N₃ = p²(p+1)`, `m₁ = 8nb`.
+    SlaveBlockRow,
+    /// 7. Everything at the slave: `N₁ = p²(2p−1−s)`, `N₃ = p²(1+s)`,
+    ///    `m₁ = 8n(n+b)`.
+    SlaveAll,
+}
+
+/// The store node shares the CPUs of one machine with the slaves
+/// (extension: the thesis's store ran on its own workstation). With `s`
+/// slaves and a store that keeps `store_share` cores busy, each slave's
+/// compute runs `max(1, (s + store_share)/cores)` times slower.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SharedCpu {
+    /// Cores of the machine.
+    pub cores: u64,
+    /// Cores' worth of CPU the store node uses while serving (e.g. 1.0).
+    pub store_share: f64,
+}
+
+impl SharedCpu {
+    /// Slow-down factor of compute with `slaves` slaves on the machine.
+    pub fn slowdown(&self, slaves: u64) -> f64 {
+        ((slaves as f64 + self.store_share) / self.cores.max(1) as f64).max(1.0)
+    }
+}
+
+/// How a run is organised. `Options::default()` is the thesis's model with
+/// one slave.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Options {
+    /// `s`, the number of slaves.
+    pub slaves: u64,
+    /// Matrix multiply caching organisation (Table 3.3).
+    pub matmul_caching: MatmulCaching,
+    /// Server double buffering (§5.5.1, eq. 5.6): disk and network transfers
+    /// of different requests overlap, so the store is busy for
+    /// `max(Σ disk, Σ network)` instead of their sum.
+    pub server_double_buffer: bool,
+    /// Slave overlap (§5.5.2): two threads per slave, or prefetching the
+    /// next task's blocks while computing, so one slave's time is
+    /// `max(Σ compute, Σ transfers)`; doubles the slave's block memory.
+    pub slave_overlap: bool,
+    /// `v`, the number of store nodes: divides the store's busy time in the
+    /// lower bounds (§5.4) and adds buffers in the memory rules (5.7–5.17).
+    pub store_nodes: u64,
+    /// The store node shares CPUs with the slaves (extension).
+    pub shared_cpu: Option<SharedCpu>,
+    /// Network transfers cost `l + g·bytes` from the BSP parameters
+    /// instead of `bytes / C` (extension; needs `Params::bsp`).
+    pub use_bsp: bool,
+    /// Puts are absorbed by the store's memory (`Params::disk_put_cached`)
+    /// instead of written at `Dput` (extension).
+    pub cached_puts: bool,
+    /// Seconds added to every ray-tracing task: the thesis measured 0.3 s to
+    /// construct each output object and 0.09 s to convert it (§4.8.2), costs
+    /// its model omits. 0 by default (the thesis's model).
+    pub raytrace_task_overhead: f64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            slaves: 1,
+            matmul_caching: MatmulCaching::None,
+            server_double_buffer: false,
+            slave_overlap: false,
+            store_nodes: 1,
+            shared_cpu: None,
+            use_bsp: false,
+            cached_puts: false,
+            raytrace_task_overhead: 0.0,
+        }
+    }
+}
+
+impl Options {
+    /// Default options with `s` slaves.
+    pub fn with_slaves(slaves: u64) -> Self {
+        Self { slaves, ..Self::default() }
+    }
+}

@@ -1,0 +1,310 @@
+//! Machine parameters (thesis §4.8.3, Table 4.5), each piecewise linear.
+//!
+//! A parameter is a bandwidth plus a threshold. Above the threshold the cost
+//! of an operation is `size / bandwidth`; below it the bandwidth is taken as
+//! proportional to the size, so the cost is that of the threshold,
+//! `threshold / bandwidth` (thesis §4.8.3, "Model Parameters").
+//!
+//! Units are SI throughout: rates in flop/s or bytes/s, thresholds in flop
+//! or bytes, MB = 10⁶ bytes (the thesis's asymptotic rates, 163, 58 and
+//! 641 Mflop/s, reproduce only with MB = 10⁶).
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ParamsError;
+
+/// One piecewise-linear parameter: `cost(x) = max(x, threshold) / bandwidth`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Piecewise {
+    /// Units per second (flop/s or bytes/s).
+    pub bandwidth: f64,
+    /// Units (flop or bytes) below which the cost is constant.
+    #[serde(default)]
+    pub threshold: f64,
+}
+
+impl Piecewise {
+    /// A bandwidth with a threshold.
+    pub const fn new(bandwidth: f64, threshold: f64) -> Self {
+        Self { bandwidth, threshold }
+    }
+
+    /// Seconds to process `units` (flop or bytes).
+    pub fn cost(&self, units: f64) -> f64 {
+        units.max(self.threshold) / self.bandwidth
+    }
+
+    fn validate(&self, name: &str) -> Result<(), ParamsError> {
+        if !(self.bandwidth.is_finite() && self.bandwidth > 0.0) {
+            return Err(ParamsError::Invalid {
+                name: format!("{name}.bandwidth"),
+                value: self.bandwidth,
+                reason: "must be finite and > 0",
+            });
+        }
+        if !(self.threshold.is_finite() && self.threshold >= 0.0) {
+            return Err(ParamsError::Invalid {
+                name: format!("{name}.threshold"),
+                value: self.threshold,
+                reason: "must be finite and >= 0",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// BSP cost parameters of the transport (DESIGN §8), optional: when present
+/// and selected in [`crate::Options::use_bsp`], a block transfer over the
+/// network costs `l + g·bytes` instead of `bytes / C`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Bsp {
+    /// Seconds per byte of an h-relation (the BSP `g`, here per byte).
+    pub g: f64,
+    /// Seconds of barrier latency (the BSP `l`).
+    pub l: f64,
+}
+
+/// The parameter file: one machine (or cluster) described for the model.
+///
+/// `P` is the block multiply rate; the thesis takes it for every block
+/// operation (§4.8.3). This implementation lets the solve, factor and
+/// add/subtract kernels have their own rates (a measuring command can fill
+/// them); when absent they default to `P`, which is the thesis's model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Params {
+    /// Free text: where these numbers come from.
+    #[serde(default)]
+    pub name: String,
+    /// `P`: block multiply rate (flop/s : flop), eq. (4.1).
+    pub multiply: Piecewise,
+    /// Triangular-solve rate; `P` if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solve: Option<Piecewise>,
+    /// Block factorisation (Cholesky, LU) rate; `P` if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factor: Option<Piecewise>,
+    /// Block add/subtract rate (eq. 4.2); `P` if absent. The thesis measured
+    /// add/sub far slower than multiply (1.6 Mflop/s on the HP710, 4.5 on the
+    /// Pentium, §4.8.1) but modelled them at `P`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub add: Option<Piecewise>,
+    /// `C`: network bandwidth store node <-> slave (bytes/s : bytes), eq. (4.3).
+    pub network: Piecewise,
+    /// `Dget`: store read rate from disk, cold (bytes/s : bytes).
+    pub disk_get: Piecewise,
+    /// Store read rate when the block is in the store node's memory (level 2
+    /// of §3.5). Absent: a cache read is free, as in the thesis (§4.8.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_get_cached: Option<Piecewise>,
+    /// `Dput`: store write rate, durable (bytes/s : bytes).
+    pub disk_put: Piecewise,
+    /// Store write rate when writes are absorbed by memory (not synced).
+    /// Used only with [`crate::Options::cached_puts`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_put_cached: Option<Piecewise>,
+    /// BSP `g` and `l` of the transport, when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bsp: Option<Bsp>,
+    /// Ray tracing: pixels rendered per second by one slave (scene
+    /// dependent). Absent: the thesis's "balls" scene on the HP710,
+    /// 512² pixels in 1130 s (§4.8.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ray_pixel_rate: Option<f64>,
+}
+
+/// MB as the thesis uses it: 10⁶ bytes.
+pub const MB: f64 = 1e6;
+/// Mflop as the thesis uses it: 10⁶ flop.
+pub const MFLOP: f64 = 1e6;
+/// Bytes per matrix element (f64).
+pub const ELEMENT_BYTES: f64 = 8.0;
+/// Bytes per ray-traced pixel (3 doubles, thesis §2.5 / Table 4.2).
+pub const PIXEL_BYTES: f64 = 24.0;
+/// Pixel rate of the thesis's ray tracer: 512² pixels of "balls" in 1130 s
+/// on an HP710 (§4.8.2).
+pub const THESIS_RAY_PIXEL_RATE: f64 = 512.0 * 512.0 / 1130.0;
+
+fn mflops(rate: f64, threshold_ops: f64) -> Piecewise {
+    Piecewise::new(rate * MFLOP, threshold_ops)
+}
+
+fn mbs(rate: f64, threshold_mb: f64) -> Piecewise {
+    Piecewise::new(rate * MB, threshold_mb * MB)
+}
+
+impl Params {
+    /// Thesis Table 4.5, **fast** configuration (Pentium 133, Fast Ethernet,
+    /// IBM disk): P 27 Mflop/s : 30³, C 4.6 MB/s : 0.25 MB, Dget 2.8 : 0.11,
+    /// Dput 2.8 : 0.11. All kernels at `P`.
+    pub fn thesis_fast() -> Self {
+        Self {
+            name: "thesis Table 4.5 fast (P5/133, Fast Ethernet, IBM disk)".into(),
+            multiply: mflops(27.0, 27_000.0),
+            solve: None,
+            factor: None,
+            add: None,
+            network: mbs(4.6, 0.25),
+            disk_get: mbs(2.8, 0.11),
+            disk_get_cached: None,
+            disk_put: mbs(2.8, 0.11),
+            disk_put_cached: None,
+            bsp: None,
+            ray_pixel_rate: None,
+        }
+    }
+
+    /// Thesis Table 4.5, **HP** configuration (HP710/730, 10 Mbit Ethernet):
+    /// P 30 Mflop/s : 30³, C 1 MB/s : 0.05 MB, Dget 1.6 : 0, Dput 1.6 : 0.3.
+    pub fn thesis_hp() -> Self {
+        Self {
+            name: "thesis Table 4.5 HP (HP710/730, 10 Mbit Ethernet)".into(),
+            multiply: mflops(30.0, 27_000.0),
+            network: mbs(1.0, 0.05),
+            disk_get: mbs(1.6, 0.0),
+            disk_put: mbs(1.6, 0.3),
+            ..Self::thesis_fast()
+        }
+    }
+
+    /// Thesis Table 4.5, **ATM** configuration (P5/133, ATM, RAID-0 store
+    /// node): P 27 : 30³, C 9.0 : 0.11, Dget 5.5 : 0.3, Dput 2.4 : 0.3.
+    pub fn thesis_atm() -> Self {
+        Self {
+            name: "thesis Table 4.5 ATM (P5/133, ATM switch, RAID-0)".into(),
+            network: mbs(9.0, 0.11),
+            disk_get: mbs(5.5, 0.3),
+            disk_put: mbs(2.4, 0.3),
+            ..Self::thesis_fast()
+        }
+    }
+
+    /// The same set with the add/subtract kernel at its own rate
+    /// (flop/s, no threshold): the thesis measured 1.6 Mflop/s on the HP710
+    /// and 4.5 Mflop/s on the Pentium (§4.8.1).
+    pub fn with_add_rate(mut self, flops: f64) -> Self {
+        self.add = Some(Piecewise::new(flops, 0.0));
+        self
+    }
+
+    /// Solve rate, `P` when not given.
+    pub fn solve_rate(&self) -> Piecewise {
+        self.solve.unwrap_or(self.multiply)
+    }
+
+    /// Factorisation rate, `P` when not given.
+    pub fn factor_rate(&self) -> Piecewise {
+        self.factor.unwrap_or(self.multiply)
+    }
+
+    /// Add/subtract rate, `P` when not given.
+    pub fn add_rate(&self) -> Piecewise {
+        self.add.unwrap_or(self.multiply)
+    }
+
+    /// Ray tracing pixel rate, the thesis's when not given.
+    pub fn ray_rate(&self) -> f64 {
+        self.ray_pixel_rate.unwrap_or(THESIS_RAY_PIXEL_RATE)
+    }
+
+    /// Checks every rate and threshold.
+    pub fn validate(&self) -> Result<(), ParamsError> {
+        self.multiply.validate("multiply")?;
+        for (name, p) in [
+            ("solve", self.solve),
+            ("factor", self.factor),
+            ("add", self.add),
+            ("disk_get_cached", self.disk_get_cached),
+            ("disk_put_cached", self.disk_put_cached),
+        ] {
+            if let Some(p) = p {
+                p.validate(name)?;
+            }
+        }
+        self.network.validate("network")?;
+        self.disk_get.validate("disk_get")?;
+        self.disk_put.validate("disk_put")?;
+        if let Some(bsp) = self.bsp {
+            for (name, v) in [("bsp.g", bsp.g), ("bsp.l", bsp.l)] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(ParamsError::Invalid {
+                        name: name.into(),
+                        value: v,
+                        reason: "must be finite and >= 0",
+                    });
+                }
+            }
+        }
+        if let Some(r) = self.ray_pixel_rate {
+            if !(r.is_finite() && r > 0.0) {
+                return Err(ParamsError::Invalid {
+                    name: "ray_pixel_rate".into(),
+                    value: r,
+                    reason: "must be finite and > 0",
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses and validates a TOML parameter file's text.
+    pub fn from_toml_str(text: &str) -> Result<Self, ParamsError> {
+        let params: Self = toml::from_str(text)?;
+        params.validate()?;
+        Ok(params)
+    }
+
+    /// Writes the parameter set as TOML.
+    pub fn to_toml_string(&self) -> Result<String, ParamsError> {
+        Ok(toml::to_string_pretty(self)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn below_threshold_costs_the_threshold() {
+        let p = Piecewise::new(2.0, 10.0);
+        assert_eq!(p.cost(1.0), 5.0);
+        assert_eq!(p.cost(10.0), 5.0);
+        assert_eq!(p.cost(20.0), 10.0);
+    }
+
+    #[test]
+    fn toml_round_trip_keeps_every_field() {
+        let mut p = Params::thesis_hp().with_add_rate(1.6e6);
+        p.bsp = Some(Bsp { g: 1e-9, l: 1e-5 });
+        p.disk_get_cached = Some(Piecewise::new(1e9, 0.0));
+        let text = p.to_toml_string().unwrap();
+        assert_eq!(Params::from_toml_str(&text).unwrap(), p);
+    }
+
+    #[test]
+    fn minimal_file_defaults_kernels_to_p() {
+        let text = r#"
+            multiply = { bandwidth = 1e9, threshold = 0 }
+            network = { bandwidth = 1e9 }
+            disk_get = { bandwidth = 5e8 }
+            disk_put = { bandwidth = 2e8 }
+        "#;
+        let p = Params::from_toml_str(text).unwrap();
+        assert_eq!(p.solve_rate(), p.multiply);
+        assert_eq!(p.add_rate(), p.multiply);
+        assert!(p.bsp.is_none());
+    }
+
+    #[test]
+    fn rejects_zero_bandwidth() {
+        let text = r#"
+            multiply = { bandwidth = 0 }
+            network = { bandwidth = 1e9 }
+            disk_get = { bandwidth = 5e8 }
+            disk_put = { bandwidth = 2e8 }
+        "#;
+        match Params::from_toml_str(text) {
+            Err(ParamsError::Invalid { name, .. }) => assert_eq!(name, "multiply.bandwidth"),
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! One entry point for every application: [`predict`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+use crate::cholesky::{self, Variant};
+use crate::error::ModelError;
+use crate::options::Options;
+use crate::params::Params;
+use crate::primitives::Primitives;
+use crate::recovery::{recovery, Recovery};
+use crate::schedule::{steps_bounds, steps_t1, Bounds, Overlap, Step};
+use crate::volumes::Volumes;
+use crate::{lu, matmul, raytrace};
+
+/// An application and its variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum App {
+    /// Blocked `C = A·B`.
+    Matmul,
+    /// Blocked left-looking Cholesky.
+    Cholesky(Variant),
+    /// Blocked Crout LU.
+    Lu {
+        /// With partial pivoting.
+        pivot: bool,
+    },
+    /// Ray tracing an `n × n` image in grains of `b` rows.
+    Raytrace,
+}
+
+impl App {
+    /// Every application and variant, for sweeps and tests.
+    pub const ALL: [App; 8] = [
+        App::Matmul,
+        App::Cholesky(Variant::SingleBag),
+        App::Cholesky(Variant::MultiStep1),
+        App::Cholesky(Variant::MultiStep2),
+        App::Cholesky(Variant::Dag),
+        App::Lu { pivot: false },
+        App::Lu { pivot: true },
+        App::Raytrace,
+    ];
+
+    /// Flop count of the whole job (0 for ray tracing).
+    pub fn flops(&self, n: u64) -> f64 {
+        match self {
+            App::Matmul => matmul::flops(n),
+            App::Cholesky(_) => cholesky::flops(n),
+            App::Lu { .. } => lu::flops(n),
+            App::Raytrace => 0.0,
+        }
+    }
+}
+
+/// The names `bench model` accepts.
+impl FromStr for App {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "matmul" => App::Matmul,
+            "cholesky" | "cholesky-single-bag" => App::Cholesky(Variant::SingleBag),
+            "cholesky-multi-step-1" => App::Cholesky(Variant::MultiStep1),
+            "cholesky-multi-step-2" => App::Cholesky(Variant::MultiStep2),
+            "cholesky-dag" => App::Cholesky(Variant::Dag),
+            "lu" => App::Lu { pivot: false },
+            "lu-pivot" => App::Lu { pivot: true },
+            "raytrace" => App::Raytrace,
+            other => {
+                return Err(format!(
+                    "unknown application `{other}` (matmul, cholesky[-single-bag|-multi-step-1|-multi-step-2|-dag], lu, lu-pivot, raytrace)"
+                ))
+            }
+        })
+    }
+}
+
+impl fmt::Display for App {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            App::Matmul => "matmul",
+            App::Cholesky(Variant::SingleBag) => "cholesky-single-bag",
+            App::Cholesky(Variant::MultiStep1) => "cholesky-multi-step-1",
+            App::Cholesky(Variant::MultiStep2) => "cholesky-multi-step-2",
+            App::Cholesky(Variant::Dag) => "cholesky-dag",
+            App::Lu { pivot: false } => "lu",
+            App::Lu { pivot: true } => "lu-pivot",
+            App::Raytrace => "raytrace",
+        })
+    }
+}
+
+/// Everything the model says about one run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Prediction {
+    /// Application and variant.
+    pub app: App,
+    /// Matrix order (image side for ray tracing).
+    pub n: u64,
+    /// Block width (rows per grain for ray tracing).
+    pub b: u64,
+    /// Blocks per side `⌈n/b⌉` (grains for ray tracing).
+    pub p: u64,
+    /// Slaves `s`.
+    pub slaves: u64,
+    /// Tasks and data volumes.
+    pub volumes: Volumes,
+    /// Single-slave time `T₁`, seconds.
+    pub t1: f64,
+    /// Bounds on the minimum parallel time `T∞`.
+    pub t_inf: Bounds,
+    /// Bounds on the time with `s` slaves; `lwr{T_s} ≥ T₁/s`.
+    pub t_s: Bounds,
+    /// The prediction for `s` slaves: `lwr{T_s}`, as the thesis uses the
+    /// lower bound for the non-limiting case (Table 4.6).
+    pub predicted: f64,
+    /// Flops of the job (0 for ray tracing).
+    pub flops: f64,
+    /// `flops / predicted`, flop/s.
+    pub rate: f64,
+    /// The longest task, seconds.
+    pub longest_task: f64,
+    /// Memory a slave needs for blocks, bytes.
+    pub memory_per_slave: f64,
+    /// Cost of one slave failure.
+    pub recovery: Recovery,
+}
+
+enum Shape {
+    Steps(Vec<Step>),
+    Graph(Primitives, Step, Variant),
+}
+
+fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown: f64) -> Result<Shape, ModelError> {
+    let p = n.div_ceil(b);
+    if app == App::Raytrace {
+        return Ok(Shape::Steps(raytrace::steps(params, n, b, options, slowdown)));
+    }
+    let t = Primitives::square(params, b, options)?.slowed(slowdown);
+    Ok(match app {
+        App::Matmul => Shape::Steps(matmul::steps(&t, p, b, options)),
+        App::Lu { pivot } => Shape::Steps(lu::steps(&t, p, pivot)),
+        App::Cholesky(v @ (Variant::MultiStep1 | Variant::MultiStep2)) => Shape::Steps(cholesky::steps(&t, p, v)),
+        App::Cholesky(v) => {
+            let all = cholesky::steps(&t, p, v).remove(0);
+            Shape::Graph(t, all, v)
+        }
+        App::Raytrace => unreachable!("handled above"),
+    })
+}
+
+impl Shape {
+    fn t1(&self, ov: Overlap) -> f64 {
+        match self {
+            Shape::Steps(steps) => steps_t1(steps, ov),
+            Shape::Graph(_, all, _) => all.t1(ov),
+        }
+    }
+
+    fn bounds(&self, p: u64, s: u64, ov: Overlap) -> Bounds {
+        match self {
+            Shape::Steps(steps) => steps_bounds(steps, s, ov),
+            Shape::Graph(t, all, v) => cholesky::graph_bounds(t, p, all, s, ov, *v),
+        }
+    }
+
+    fn longest(&self) -> f64 {
+        match self {
+            Shape::Steps(steps) => steps.iter().map(Step::longest).fold(0.0, f64::max),
+            Shape::Graph(_, all, _) => all.longest(),
+        }
+    }
+}
+
+/// Predicts a run of `app` on an `n`-sized problem with blocks (or grains)
+/// of `b`, on the machine `params`, organised as `options` says.
+pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> Result<Prediction, ModelError> {
+    if n == 0 || b == 0 || b > n {
+        return Err(ModelError::InvalidProblem { n, b });
+    }
+    if options.slaves == 0 {
+        return Err(ModelError::ZeroSlaves);
+    }
+    params.validate()?;
+    let s = options.slaves;
+    let p = n.div_ceil(b);
+    let ov = Overlap {
+        server: options.server_double_buffer,
+        slave: options.slave_overlap,
+        store_nodes: options.store_nodes.max(1),
+    };
+    let slowdown = |k: u64| options.shared_cpu.map_or(1.0, |c| c.slowdown(k));
+
+    let single = shape(app, params, n, b, options, slowdown(1))?;
+    let t1 = single.t1(ov);
+    let longest_task = single.longest();
+    // T∞ without CPU sharing: with unboundedly many slaves on one machine
+    // the shared-CPU slow-down would be unbounded.
+    let free = shape(app, params, n, b, options, 1.0)?;
+    let t_inf = free.bounds(p, u64::MAX, ov);
+    let with_s = if options.shared_cpu.is_some() { shape(app, params, n, b, options, slowdown(s))? } else { free };
+    let t_s = with_s.bounds(p, s, ov);
+
+    let volumes = match app {
+        App::Matmul => matmul::volumes(n, b, options.matmul_caching, s),
+        App::Cholesky(_) => cholesky::volumes(n, b),
+        App::Lu { pivot } => lu::volumes(n, b, pivot),
+        App::Raytrace => raytrace::volumes(n, b),
+    };
+    let memory_per_slave = match app {
+        App::Matmul => matmul::memory_per_slave(n, b, options),
+        App::Cholesky(v) => cholesky::memory_per_slave(b, v, options),
+        App::Lu { .. } => lu::memory_per_slave(b, options),
+        App::Raytrace => raytrace::memory_per_slave(n, b, options),
+    };
+    let predicted = t_s.lwr;
+    let flops = app.flops(n);
+    Ok(Prediction {
+        app,
+        n,
+        b,
+        p,
+        slaves: s,
+        volumes,
+        t1,
+        t_inf,
+        t_s,
+        predicted,
+        flops,
+        rate: if predicted > 0.0 { flops / predicted } else { 0.0 },
+        longest_task,
+        memory_per_slave,
+        recovery: recovery(t1, volumes.n_tasks, longest_task, s, predicted, options.slave_overlap),
+    })
+}

@@ -1,0 +1,153 @@
+//! Block primitives (thesis Table 3.2, eqs. 4.1–4.3, non-square 5.21–5.22).
+
+use crate::error::ModelError;
+use crate::options::Options;
+use crate::params::{Params, ELEMENT_BYTES};
+
+/// Times of the block operations for one block shape, in seconds.
+///
+/// Transfers are split into their disk (`td*`) and network (`tcom`) parts
+/// so that the overlapped forms of §5.5 can use them; `tget = tdget + tcom`
+/// and `tput = tdput + tcom` as in §5.5.1.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Primitives {
+    /// Disk part of reading a block at the store (cold).
+    pub tdget: f64,
+    /// Store part of reading a block held in the store node's memory
+    /// (0 unless `Params::disk_get_cached` is given, as in the thesis).
+    pub tdget_cached: f64,
+    /// Disk part of writing a block.
+    pub tdput: f64,
+    /// Network part of moving one block between store and slave.
+    pub tcom: f64,
+    /// `tget = 8b₁b₂(1/Dget + 1/C)` (4.3, 5.22).
+    pub tget: f64,
+    /// A read served from the store node's memory: `tdget_cached + tcom`.
+    pub tget_cached: f64,
+    /// `tput = 8b₁b₂(1/Dput + 1/C)` (4.3, 5.22).
+    pub tput: f64,
+    /// `tmult = 2b₁²b₂/P` (4.1, 5.21).
+    pub tmult: f64,
+    /// `tadd = tsub = b₁b₂/P` (4.2, 5.21).
+    pub tadd: f64,
+    /// `tsolve = b³/P` (4.1), square blocks only.
+    pub tsolve: f64,
+    /// `tchol = b³/(3P)` (4.1), square blocks only.
+    pub tchol: f64,
+    /// `tlu = 2b³/(3P)`: the thesis leaves `tlu` unstated; this is the LU
+    /// flop count of a b×b block at `P` (consistent with `tchol`).
+    pub tlu: f64,
+}
+
+impl Primitives {
+    /// Square `b×b` blocks (eqs. 4.1–4.3).
+    pub fn square(params: &Params, b: u64, options: &Options) -> Result<Self, ModelError> {
+        Self::rect(params, b, b, options)
+    }
+
+    /// `b₁×b₂` blocks (eqs. 5.21–5.22). `tsolve`, `tchol`, `tlu` use `b₁`.
+    pub fn rect(params: &Params, b1: u64, b2: u64, options: &Options) -> Result<Self, ModelError> {
+        params.validate()?;
+        let (x, y) = (b1 as f64, b2 as f64);
+        let bytes = ELEMENT_BYTES * x * y;
+        let tcom = if options.use_bsp {
+            let bsp = params.bsp.ok_or(ModelError::MissingParameter {
+                option: "use_bsp",
+                parameter: "bsp",
+            })?;
+            bsp.l + bsp.g * bytes
+        } else {
+            params.network.cost(bytes)
+        };
+        let tdget = params.disk_get.cost(bytes);
+        let tdget_cached = params.disk_get_cached.map_or(0.0, |d| d.cost(bytes));
+        let tdput = if options.cached_puts {
+            params
+                .disk_put_cached
+                .ok_or(ModelError::MissingParameter {
+                    option: "cached_puts",
+                    parameter: "disk_put_cached",
+                })?
+                .cost(bytes)
+        } else {
+            params.disk_put.cost(bytes)
+        };
+        let cube = x * x * x;
+        Ok(Self {
+            tdget,
+            tdget_cached,
+            tdput,
+            tcom,
+            tget: tdget + tcom,
+            tget_cached: tdget_cached + tcom,
+            tput: tdput + tcom,
+            tmult: params.multiply.cost(2.0 * x * x * y),
+            tadd: params.add_rate().cost(x * y),
+            tsolve: params.solve_rate().cost(cube),
+            tchol: params.factor_rate().cost(cube / 3.0),
+            tlu: params.factor_rate().cost(2.0 * cube / 3.0),
+        })
+    }
+
+    /// `tsub`, equal to `tadd` (4.2).
+    pub fn tsub(&self) -> f64 {
+        self.tadd
+    }
+
+    /// The same primitives with every compute kernel `factor` times slower
+    /// (the store node sharing the slaves' CPUs, [`crate::SharedCpu`]).
+    pub fn slowed(&self, factor: f64) -> Self {
+        Self {
+            tmult: self.tmult * factor,
+            tadd: self.tadd * factor,
+            tsolve: self.tsolve * factor,
+            tchol: self.tchol * factor,
+            tlu: self.tlu * factor,
+            ..*self
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Digest §3.7: with Table 4.5 "fast", b = 300 gives tget ≈ 0.414 s and
+    /// tmult ≈ 2.0 s.
+    #[test]
+    fn fast_b300_matches_the_digest_recomputation() {
+        let t = Primitives::square(&Params::thesis_fast(), 300, &Options::default()).unwrap();
+        assert!((t.tget - 0.414).abs() < 0.001, "tget {}", t.tget);
+        assert!((t.tmult - 2.0).abs() < 1e-9);
+        assert!((t.tsolve - 1.0).abs() < 1e-9);
+        assert!((t.tchol - 1.0 / 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn small_blocks_pay_the_thresholds() {
+        // HP: Dput threshold 0.3 MB at 1.6 MB/s => a put never costs less
+        // than 0.1875 s on disk; C threshold 0.05 MB at 1 MB/s => 0.05 s.
+        let t = Primitives::square(&Params::thesis_hp(), 10, &Options::default()).unwrap();
+        assert!((t.tdput - 0.1875).abs() < 1e-12);
+        assert!((t.tcom - 0.05).abs() < 1e-12);
+        // P threshold 30³ flop at 30 Mflop/s.
+        assert!((t.tmult - 27_000.0 / 30e6).abs() < 1e-15);
+    }
+
+    #[test]
+    fn rect_blocks_follow_5_21() {
+        let p = Params::thesis_fast();
+        let t = Primitives::rect(&p, 200, 800, &Options::default()).unwrap();
+        assert!((t.tmult - 2.0 * 200.0 * 200.0 * 800.0 / 27e6).abs() < 1e-12);
+        assert!((t.tadd - 200.0 * 800.0 / 27e6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn bsp_needs_parameters() {
+        let o = Options { use_bsp: true, ..Options::default() };
+        assert!(matches!(
+            Primitives::square(&Params::thesis_fast(), 100, &o),
+            Err(ModelError::MissingParameter { .. })
+        ));
+    }
+}

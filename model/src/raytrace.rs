@@ -1,0 +1,84 @@
+//! Ray tracing: one task per grain of `k` scanlines, each grain its own
+//! object, no dependencies and (almost) no input (thesis §4.8.2, Table 4.4).
+
+use crate::options::Options;
+use crate::params::{Params, PIXEL_BYTES};
+use crate::schedule::{Step, TaskCost};
+use crate::volumes::Volumes;
+
+/// The figures of Table 4.4 for `n_tasks` tasks of `tcomp` compute and
+/// `tput` output each.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RayBounds {
+    /// `T₁ = N(Tcomp + Tput)` (3.1).
+    pub t1: f64,
+    /// The store bound `N·Tput` (3.3): Table 4.4's "T∞ lwr" column.
+    pub comm: f64,
+    /// `lwr{T∞} = max{T₁/N, N·Tput}` (3.6).
+    pub lwr_inf: f64,
+    /// `upr{T∞} = N·Tput + Tcomp` (3.7).
+    pub upr_inf: f64,
+    /// `1 + Tcomp/Tput`: Table 4.4's `upr{S̄∞}` column.
+    pub speedup_comm_limit: f64,
+    /// `upr{S̄∞} = min{N, 1 + Tcomp/Tput}` (§3.2).
+    pub upr_speedup: f64,
+}
+
+/// Table 4.4's derivation.
+pub fn bounds(n_tasks: u64, tcomp: f64, tput: f64) -> RayBounds {
+    let n = n_tasks as f64;
+    let t1 = n * (tcomp + tput);
+    let comm = n * tput;
+    let limit = 1.0 + tcomp / tput;
+    RayBounds {
+        t1,
+        comm,
+        lwr_inf: (t1 / n).max(comm),
+        upr_inf: comm + tcomp,
+        speedup_comm_limit: limit,
+        upr_speedup: limit.min(n),
+    }
+}
+
+/// Rows of each task: grains of `grain` rows, the last one shorter.
+fn grains(rows: u64, grain: u64) -> impl Iterator<Item = u64> {
+    (0..rows.div_ceil(grain)).map(move |i| (rows - i * grain).min(grain))
+}
+
+/// One step of all tasks for an `side × side` image with `grain` rows per
+/// task; compute from `Params::ray_rate`, output through the store (disk
+/// and network), plus `Options::raytrace_task_overhead` per task.
+pub fn steps(params: &Params, side: u64, grain: u64, options: &Options, slowdown: f64) -> Vec<Step> {
+    let mut st = Step::default();
+    for rows in grains(side, grain) {
+        let bytes = PIXEL_BYTES * (rows * side) as f64;
+        st.push(
+            1,
+            TaskCost {
+                disk: params.disk_put.cost(bytes),
+                net: params.network.cost(bytes),
+                comp: slowdown * (rows * side) as f64 / params.ray_rate() + options.raytrace_task_overhead,
+            },
+        );
+    }
+    vec![st]
+}
+
+/// Tasks and output; the input (the scene) is negligible.
+pub fn volumes(side: u64, grain: u64) -> Volumes {
+    let n = side.div_ceil(grain);
+    Volumes {
+        n_tasks: n,
+        input_bytes: 0.0,
+        n_gets: 0,
+        get_bytes: 0.0,
+        n_puts: n,
+        put_bytes: PIXEL_BYTES * (side * side) as f64,
+    }
+}
+
+/// Memory per slave: one grain of output (twice with slave overlap).
+pub fn memory_per_slave(side: u64, grain: u64, options: &Options) -> f64 {
+    let k = if options.slave_overlap { 2.0 } else { 1.0 };
+    k * PIXEL_BYTES * (grain.min(side) * side) as f64
+}

@@ -1,0 +1,243 @@
+//! Generic bounds over tasks and barrier steps (thesis §3.2–3.4, §3.7), and
+//! the overlapped forms of §5.5.
+//!
+//! A [`Step`] is a set of tasks that run freely between two barriers. Its
+//! bounds are the thesis's, with the longest task where it is known:
+//!
+//! * `T₁ = TGET + TCOMP + TPUT` (3.8); with slave overlap (§5.5.2)
+//!   `max{TCOMP, TGET + TPUT, longest task}`.
+//! * `lwr{T_s} = max{W, T₁/min(s, N), longest task}` where `W` is the store's
+//!   serialised busy time `TGET + TPUT` (3.9), or with server double
+//!   buffering `max{Σ disk, Σ network}` (5.6), divided by the number of store
+//!   nodes (§5.4).
+//! * `upr{T_s} = min{T₁, W + TCOMP/s + max Tcomp(i)}` for `s < N`, and
+//!   `W + max Tcomp(i)` (3.10) for `s ≥ N`. The `s < N` form is an extension:
+//!   at any instant the store is busy, or every slave computes (while the bag
+//!   is not empty), or the last slave computes (after it empties).
+//!
+//! Steps separated by barriers add up (3.11).
+
+/// The cost of one task, split by resource.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TaskCost {
+    /// Store disk time of the task's reads and writes.
+    pub disk: f64,
+    /// Network time of the task's reads and writes.
+    pub net: f64,
+    /// Compute time.
+    pub comp: f64,
+}
+
+impl TaskCost {
+    /// Time at the store (serialised): disk plus network.
+    pub fn io(&self) -> f64 {
+        self.disk + self.net
+    }
+
+    /// Whole task on an idle system: `Tget + Tcomp + Tput`.
+    pub fn total(&self) -> f64 {
+        self.io() + self.comp
+    }
+}
+
+/// `count` identical tasks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TaskClass {
+    /// How many.
+    pub count: u64,
+    /// Cost of each.
+    pub cost: TaskCost,
+}
+
+/// A lower and an upper bound, in seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Bounds {
+    /// Lower bound.
+    pub lwr: f64,
+    /// Upper bound.
+    pub upr: f64,
+}
+
+impl std::ops::Add for Bounds {
+    type Output = Bounds;
+    fn add(self, o: Bounds) -> Bounds {
+        Bounds { lwr: self.lwr + o.lwr, upr: self.upr + o.upr }
+    }
+}
+
+/// What overlaps what (§5.5) and how many store nodes serve.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Overlap {
+    /// Server double buffering (§5.5.1).
+    pub server: bool,
+    /// Slave overlap: two threads or prefetching (§5.5.2).
+    pub slave: bool,
+    /// Store nodes `v` (≥ 1).
+    pub store_nodes: u64,
+}
+
+impl Overlap {
+    /// The thesis's experiments: no overlap, one store node.
+    pub const NONE: Overlap = Overlap { server: false, slave: false, store_nodes: 1 };
+}
+
+/// Tasks between two barriers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Step {
+    /// The tasks, grouped into classes of identical cost.
+    pub classes: Vec<TaskClass>,
+}
+
+impl Step {
+    /// A step of one task.
+    pub fn single(cost: TaskCost) -> Self {
+        Self { classes: vec![TaskClass { count: 1, cost }] }
+    }
+
+    /// Adds `count` tasks of cost `cost`.
+    pub fn push(&mut self, count: u64, cost: TaskCost) {
+        if count > 0 {
+            self.classes.push(TaskClass { count, cost });
+        }
+    }
+
+    /// Number of tasks.
+    pub fn n_tasks(&self) -> u64 {
+        self.classes.iter().map(|c| c.count).sum()
+    }
+
+    fn sum(&self, f: impl Fn(&TaskCost) -> f64) -> f64 {
+        self.classes.iter().map(|c| c.count as f64 * f(&c.cost)).sum()
+    }
+
+    fn max(&self, f: impl Fn(&TaskCost) -> f64) -> f64 {
+        self.classes.iter().map(|c| f(&c.cost)).fold(0.0, f64::max)
+    }
+
+    /// `TCOMP`.
+    pub fn comp(&self) -> f64 {
+        self.sum(|c| c.comp)
+    }
+
+    /// `TGET + TPUT`, serialised at one store node.
+    pub fn io(&self) -> f64 {
+        self.sum(TaskCost::io)
+    }
+
+    /// Longest task `max{Ttask(i)}`.
+    pub fn longest(&self) -> f64 {
+        self.max(TaskCost::total)
+    }
+
+    /// `max{Tcomp(i)}`.
+    pub fn longest_comp(&self) -> f64 {
+        self.max(|c| c.comp)
+    }
+
+    /// The same tasks with compute `factor` times slower.
+    pub fn slowed(&self, factor: f64) -> Step {
+        Step {
+            classes: self
+                .classes
+                .iter()
+                .map(|c| TaskClass {
+                    count: c.count,
+                    cost: TaskCost { comp: c.cost.comp * factor, ..c.cost },
+                })
+                .collect(),
+        }
+    }
+
+    /// Store busy time, a lower bound on the step (3.3, 5.6, §5.4).
+    pub fn store_busy(&self, ov: Overlap) -> f64 {
+        let busy = if ov.server {
+            self.sum(|c| c.disk).max(self.sum(|c| c.net))
+        } else {
+            self.io()
+        };
+        busy / ov.store_nodes.max(1) as f64
+    }
+
+    /// Single-slave time (3.8), or with slave overlap (§5.5.2)
+    /// `max{TCOMP, TGET+TPUT, longest task}`.
+    pub fn t1(&self, ov: Overlap) -> f64 {
+        if ov.slave {
+            self.comp().max(self.io()).max(self.longest())
+        } else {
+            self.sum(TaskCost::total)
+        }
+    }
+
+    /// Bounds on the step's time with `s` slaves (see the module docs).
+    pub fn bounds(&self, s: u64, ov: Overlap) -> Bounds {
+        let n = self.n_tasks();
+        if n == 0 {
+            return Bounds::default();
+        }
+        let s = s.max(1);
+        let busy_slaves = if ov.slave { s.min(n.div_ceil(2)) } else { s.min(n) };
+        let lwr = self
+            .store_busy(ov)
+            .max(self.t1(ov) / busy_slaves as f64)
+            .max(self.longest());
+        let serial = self.sum(TaskCost::total);
+        let upr = if s >= n {
+            self.io() + self.longest_comp()
+        } else {
+            (self.io() + self.comp() / s as f64 + self.longest_comp()).min(serial)
+        };
+        Bounds { lwr, upr }
+    }
+}
+
+/// Sum of step bounds over barrier-separated steps (3.11).
+pub fn steps_bounds(steps: &[Step], s: u64, ov: Overlap) -> Bounds {
+    steps.iter().map(|st| st.bounds(s, ov)).fold(Bounds::default(), |a, b| a + b)
+}
+
+/// Single-slave time of barrier-separated steps.
+pub fn steps_t1(steps: &[Step], ov: Overlap) -> f64 {
+    steps.iter().map(|st| st.t1(ov)).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(n: u64, get: f64, comp: f64) -> Step {
+        let mut s = Step::default();
+        s.push(n, TaskCost { disk: get, net: 0.0, comp });
+        s
+    }
+
+    #[test]
+    fn one_slave_is_exactly_t1() {
+        let st = step(10, 1.0, 3.0);
+        let b = st.bounds(1, Overlap::NONE);
+        assert_eq!(b.lwr, 40.0);
+        assert_eq!(b.upr, 40.0);
+    }
+
+    #[test]
+    fn unlimited_slaves_give_3_9_and_3_10() {
+        // N = 10 tasks, Tget+Tput = 1, Tcomp = 3:
+        // lwr = max{T1/N, N(Tget+Tput)} = max{4, 10}; upr = 10 + 3 (3.6, 3.7).
+        let b = step(10, 1.0, 3.0).bounds(1000, Overlap::NONE);
+        assert_eq!(b.lwr, 10.0);
+        assert_eq!(b.upr, 13.0);
+    }
+
+    #[test]
+    fn double_buffering_takes_the_larger_of_disk_and_network() {
+        let mut st = Step::default();
+        st.push(4, TaskCost { disk: 2.0, net: 1.0, comp: 0.0 });
+        assert_eq!(st.store_busy(Overlap::NONE), 12.0);
+        assert_eq!(st.store_busy(Overlap { server: true, ..Overlap::NONE }), 8.0);
+    }
+
+    #[test]
+    fn slave_overlap_hides_the_smaller_of_compute_and_transfer() {
+        let st = step(10, 1.0, 3.0);
+        assert_eq!(st.t1(Overlap { slave: true, ..Overlap::NONE }), 30.0);
+    }
+}
