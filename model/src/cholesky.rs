@@ -263,7 +263,7 @@ pub(crate) fn graph_bounds(t: &Primitives, p: u64, all: &Step, s: u64, ov: crate
     let (cp_total, cp_comp) = critical_paths(t, p);
     let n = all.n_tasks();
     let t1 = all.t1(ov);
-    let s_eff = if ov.slave { s.min(n.div_ceil(2)) } else { s.min(n) };
+    let s_eff = s.min(n);
     // Single-bag: the store, the parallelism and the longest task
     // (A.7 and App. A.1.2; with no overlap this is at least
     // `single_bag_lwr_inf`). Dag: whole-task dependencies hold, so the

@@ -175,7 +175,10 @@ impl Step {
             return Bounds::default();
         }
         let s = s.max(1);
-        let busy_slaves = if ov.slave { s.min(n.div_ceil(2)) } else { s.min(n) };
+        // With slave overlap the thesis also writes T∞ ≥ T₁/(N/2) (§5.5.2),
+        // true when two threads share each of N/2 slaves; with more slaves a
+        // task may have a slave to itself, so only min(s, N) is used here.
+        let busy_slaves = s.min(n);
         let lwr = self
             .store_busy(ov)
             .max(self.t1(ov) / busy_slaves as f64)

@@ -1,0 +1,143 @@
+//! The step machinery against the thesis's closed forms: the sums over
+//! tasks must give the printed equations, so a slip in either shows.
+
+use model::schedule::Bounds;
+use model::{cholesky, lu, matmul, predict, App, MatmulCaching, Options, Params, Primitives, Variant};
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-12)
+}
+
+fn param_sets() -> Vec<Params> {
+    vec![Params::thesis_fast(), Params::thesis_hp(), Params::thesis_atm().with_add_rate(4.5e6)]
+}
+
+const INF: Options = Options {
+    slaves: u64::MAX,
+    matmul_caching: MatmulCaching::None,
+    server_double_buffer: false,
+    slave_overlap: false,
+    store_nodes: 1,
+    shared_cpu: None,
+    use_bsp: false,
+    cached_puts: false,
+    raytrace_task_overhead: 0.0,
+};
+
+fn run(app: App, p: u64, b: u64, params: &Params, o: &Options) -> (f64, Bounds) {
+    let pr = predict(app, p * b, b, params, o).unwrap();
+    (pr.t1, pr.t_inf)
+}
+
+#[test]
+fn matmul_is_3_12_to_3_17() {
+    for params in param_sets() {
+        for p in 1..=25 {
+            let b = 120;
+            let t = Primitives::square(&params, b, &Options::default()).unwrap();
+            let (t1, inf) = run(App::Matmul, p, b, &params, &Options::default());
+            assert!(close(t1, matmul::t1_eq_3_12(&t, p)), "3.12 p={p}");
+            assert!(close(inf.lwr, matmul::lwr_inf_eq_3_13(&t, p)), "3.13 p={p}");
+            assert!(close(inf.upr, matmul::upr_inf_eq_3_14(&t, p)), "3.14 p={p}");
+            for caching in [MatmulCaching::ServerBlockRow, MatmulCaching::ServerAll, MatmulCaching::SlaveBlockRow] {
+                let o = Options { matmul_caching: caching, ..Options::default() };
+                let rc = matmul::read_counts(caching, p, b, 1);
+                let (t1, inf) = run(App::Matmul, p, b, &params, &o);
+                assert!(close(t1, matmul::t1_eq_3_15(&t, p, &rc)), "3.15 {caching:?} p={p}");
+                let want = matmul::bounds_inf_eq_3_16_17(&t, p, &rc);
+                assert!(close(inf.lwr, want.lwr) && close(inf.upr, want.upr), "3.16/17 {caching:?} p={p}");
+            }
+        }
+    }
+}
+
+/// Table 3.3: every organisation reads `2p³` blocks in all (§3.8.1, "the
+/// total number of reads is proportional to p³").
+#[test]
+fn table_3_3_reads_add_up_to_2p3() {
+    for p in 1..=20u64 {
+        for caching in [
+            MatmulCaching::None,
+            MatmulCaching::ServerBlockOfA,
+            MatmulCaching::ServerBlockRow,
+            MatmulCaching::ServerAll,
+            MatmulCaching::SlaveBlocks { c: p / 2 },
+            MatmulCaching::SlaveBlockRow,
+        ] {
+            let rc = matmul::read_counts(caching, p, 100, 3.min(p));
+            assert!(close(rc.n1 + rc.n2 + rc.n3, 2.0 * (p * p * p) as f64), "{caching:?} p={p}");
+        }
+    }
+}
+
+#[test]
+fn cholesky_is_3_18_and_appendix_a() {
+    for params in param_sets() {
+        for p in 1..=30 {
+            let b = 150;
+            let t = Primitives::square(&params, b, &Options::default()).unwrap();
+            for v in [Variant::SingleBag, Variant::MultiStep1, Variant::MultiStep2, Variant::Dag] {
+                let (t1, inf) = run(App::Cholesky(v), p, b, &params, &Options::default());
+                assert!(close(t1, cholesky::t1_eq_3_18(&t, p)), "3.18 {v:?} p={p}");
+                assert!(inf.lwr <= inf.upr * (1.0 + 1e-12), "{v:?} p={p}: {inf:?}");
+            }
+            let (_, ms1) = run(App::Cholesky(Variant::MultiStep1), p, b, &params, &INF);
+            assert!(close(ms1.upr, cholesky::multi_step1_upr_inf_eq_a15(&t, p)), "A.15 p={p}");
+            assert!(ms1.lwr >= cholesky::multi_step1_lwr_inf_eq_a14(&t, p) * (1.0 - 1e-12), "A.14 p={p}");
+            let (_, sb) = run(App::Cholesky(Variant::SingleBag), p, b, &params, &INF);
+            assert!(sb.lwr >= cholesky::single_bag_lwr_inf(&t, p) * (1.0 - 1e-12), "A.7 p={p}");
+            assert!(sb.upr <= cholesky::single_bag_upr_inf_eq_3_20(&t, p) * (1.0 + 1e-12), "A.10 p={p}");
+            // (5.1): A.14's first term minus A.10 is (p−1)/2((p−2)(tmult+tsub) − 2tsolve).
+            let pf = p as f64;
+            let first = cholesky::tcomm(&t, p) + pf / 2.0 * (pf - 1.0) * (t.tmult + t.tsub()) + pf * t.tchol;
+            let diff = first - cholesky::single_bag_upr_inf_eq_3_20(&t, p);
+            let want = (pf - 1.0) / 2.0 * ((pf - 2.0) * (t.tmult + t.tsub()) - 2.0 * t.tsolve);
+            assert!((diff - want).abs() < 1e-9 * first, "5.1 p={p}");
+        }
+    }
+}
+
+/// (3.24): multi-step(1) `lwr{T_s} = Σ T(j,j)₁ + Σ_j max{Σ_i(2j·tget+tput),
+/// (1/s)Σ_i T(i,j)₁, T(i,j)₁}`, written out from A.11 and A.12.
+#[test]
+fn multi_step1_lwr_ts_is_3_24() {
+    let params = Params::thesis_fast();
+    let b = 300;
+    let t = Primitives::square(&params, b, &Options::default()).unwrap();
+    for p in [1u64, 2, 5, 16] {
+        for s in [1u64, 2, 3, 7, 100] {
+            let (pf, sf) = (p as f64, s as f64);
+            let mut want = 0.0;
+            for j in 1..=p {
+                let jf = j as f64;
+                want += jf * t.tget + (jf - 1.0) * (t.tmult + t.tsub()) + t.tchol + t.tput;
+                if j < p {
+                    let tij = 2.0 * jf * t.tget + (jf - 1.0) * (t.tmult + t.tsub()) + t.tsolve + t.tput;
+                    let comm = (pf - jf) * (2.0 * jf * t.tget + t.tput);
+                    want += comm.max((pf - jf) * tij / sf).max(tij);
+                }
+            }
+            let pr = predict(App::Cholesky(Variant::MultiStep1), p * b, b, &params, &Options::with_slaves(s)).unwrap();
+            assert!(close(pr.t_s.lwr, want), "p={p} s={s}: {} vs {want}", pr.t_s.lwr);
+        }
+    }
+}
+
+#[test]
+fn lu_is_5_28_to_5_31_and_appendix_b() {
+    for params in param_sets() {
+        for p in 1..=30 {
+            let b = 100;
+            let t = Primitives::square(&params, b, &Options::default()).unwrap();
+            assert!(close(lu::t1_piv_eq_b5(&t, p), lu::t1_nopiv_eq_5_29(&t, p) + lu::tpiv_eq_5_28(&t, p)), "B.5 p={p}");
+            for pivot in [false, true] {
+                let (t1, _) = run(App::Lu { pivot }, p, b, &params, &Options::default());
+                let want = if pivot { lu::t1_piv_eq_b5(&t, p) } else { lu::t1_nopiv_eq_5_29(&t, p) };
+                assert!(close(t1, want), "T1 pivot={pivot} p={p}: {t1} vs {want}");
+                let (_, inf) = run(App::Lu { pivot }, p, b, &params, &INF);
+                assert!(close(inf.upr, lu::upr_inf_eq_5_31(&t, p, pivot)), "5.31/B.9 pivot={pivot} p={p}");
+                assert!(inf.lwr >= lu::lwr_inf_eq_5_30(&t, p, pivot) * (1.0 - 1e-12), "5.30/B.7 pivot={pivot} p={p}");
+            }
+        }
+    }
+}
