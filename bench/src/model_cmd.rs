@@ -1,13 +1,239 @@
-//! Placeholder: filled in by its owner.
+//! `bench model APP`: what the performance model (crate `model`) predicts
+//! for one run, and with `--sweep` a table over block sizes and slave
+//! counts with the block recommended for a memory budget.
+//!
+//! Parameters: `--params FILE` (a TOML `model::Params`, as `bench params`
+//! writes), or one of the names `thesis-fast`, `thesis-hp`, `thesis-atm`
+//! (the thesis's Table 4.5). Without `--params`, `./params.toml` if it
+//! exists, else `thesis-fast`; stderr says which.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use model::{predict, recommend, App, MatmulCaching, MemoryLayout, Options, Params, Prediction, SharedCpu};
+use serde_json::json;
+
+use crate::report::Figure;
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// Reduced run, under a minute.
+    /// matmul, cholesky[-single-bag|-multi-step-1|-multi-step-2|-dag], lu,
+    /// lu-pivot, raytrace.
+    app: String,
+    /// Matrix order (image side for raytrace).
+    #[arg(long, default_value_t = 3000)]
+    n: u64,
+    /// Block width (rows per task for raytrace).
+    #[arg(long, default_value_t = 300)]
+    block: u64,
+    /// Number of slaves.
+    #[arg(long, default_value_t = 1)]
+    slaves: u64,
+    /// Parameter file (TOML), or thesis-fast / thesis-hp / thesis-atm.
+    #[arg(long)]
+    params: Option<PathBuf>,
+    /// Table over block sizes and slave counts, and a recommended block.
+    #[arg(long)]
+    sweep: bool,
+    /// Memory per slave for the block recommendation, MiB.
+    #[arg(long, default_value_t = 1024.0)]
+    memory_mib: f64,
+    /// Matrix multiply caching (Table 3.3): none, server-block-a,
+    /// server-row, server-all, slave-row, slave-all.
+    #[arg(long, default_value = "none")]
+    caching: String,
+    /// Extension: the store overlaps disk and network (section 5.5.1).
+    #[arg(long)]
+    double_buffer: bool,
+    /// Extension: slaves prefetch / run two tasks to overlap transfers with
+    /// compute (section 5.5.2).
+    #[arg(long)]
+    overlap: bool,
+    /// Store nodes.
+    #[arg(long, default_value_t = 1)]
+    store_nodes: u64,
+    /// Extension: store and slaves share one machine of this many cores.
+    #[arg(long)]
+    cores: Option<u64>,
+    /// Extension: network cost from the BSP g and l of the parameter file.
+    #[arg(long)]
+    bsp: bool,
+    /// Reduced run, under a minute (a smaller sweep).
     #[arg(long)]
     quick: bool,
 }
 
+fn load_params(path: Option<&PathBuf>) -> anyhow::Result<Params> {
+    let named = |name: &str| match name {
+        "thesis-fast" => Some(Params::thesis_fast()),
+        "thesis-hp" => Some(Params::thesis_hp()),
+        "thesis-atm" => Some(Params::thesis_atm()),
+        _ => None,
+    };
+    let (params, source) = match path {
+        Some(p) => match named(&p.to_string_lossy()) {
+            Some(params) => (params, format!("built-in set {}", p.display())),
+            None => {
+                let text = std::fs::read_to_string(p).with_context(|| format!("reading parameter file {}", p.display()))?;
+                let params = Params::from_toml_str(&text).with_context(|| format!("parameter file {}", p.display()))?;
+                (params, format!("file {}", p.display()))
+            }
+        },
+        None => {
+            let local = PathBuf::from("params.toml");
+            if local.exists() {
+                let text = std::fs::read_to_string(&local).context("reading ./params.toml")?;
+                (Params::from_toml_str(&text).context("./params.toml")?, "file ./params.toml".to_string())
+            } else {
+                (Params::thesis_fast(), "default: thesis Table 4.5 \"fast\" (no --params, no ./params.toml)".to_string())
+            }
+        }
+    };
+    eprintln!("model parameters: {source} ({})", params.name);
+    Ok(params)
+}
+
+fn caching(name: &str) -> anyhow::Result<MatmulCaching> {
+    Ok(match name {
+        "none" => MatmulCaching::None,
+        "server-block-a" => MatmulCaching::ServerBlockOfA,
+        "server-row" => MatmulCaching::ServerBlockRow,
+        "server-all" => MatmulCaching::ServerAll,
+        "slave-row" => MatmulCaching::SlaveBlockRow,
+        "slave-all" => MatmulCaching::SlaveAll,
+        other => anyhow::bail!("unknown caching `{other}` (none, server-block-a, server-row, server-all, slave-row, slave-all)"),
+    })
+}
+
+fn mb(bytes: f64) -> f64 {
+    bytes / 1e6
+}
+
+fn print_prediction(pr: &Prediction) {
+    let v = &pr.volumes;
+    println!("{} n={} b={} p={} slaves={}", pr.app, pr.n, pr.b, pr.p, pr.slaves);
+    println!(
+        "  tasks {}   reads {} blocks ({:.1} MB)   writes {} blocks ({:.1} MB)   input {:.1} MB",
+        v.n_tasks,
+        v.n_gets,
+        mb(v.get_bytes),
+        v.n_puts,
+        mb(v.put_bytes),
+        mb(v.input_bytes)
+    );
+    println!("  T1                {:>12.1} s", pr.t1);
+    println!("  T_inf in          [{:.1}, {:.1}] s", pr.t_inf.lwr, pr.t_inf.upr);
+    println!("  T_s (s={}) in     [{:.1}, {:.1}] s", pr.slaves, pr.t_s.lwr, pr.t_s.upr);
+    if pr.flops > 0.0 {
+        println!("  predicted         {:>12.1} s   ({:.1} Mflop/s)", pr.predicted, pr.rate / 1e6);
+    } else {
+        println!("  predicted         {:>12.1} s   (speedup {:.2})", pr.predicted, pr.t1 / pr.predicted);
+    }
+    println!("  longest task      {:>12.2} s", pr.longest_task);
+    println!("  memory per slave  {:>12.1} MiB", pr.memory_per_slave / (1024.0 * 1024.0));
+    let r = &pr.recovery;
+    print!(
+        "  recovery of one slave failure: average {:.2} s ({:.2} % of the run), worst {:.2} s",
+        r.average,
+        100.0 * r.fraction_of_run,
+        r.worst
+    );
+    match r.permanent_loss_average {
+        Some(x) => println!(", slave lost for good {x:.2} s"),
+        None => println!(", slave lost for good: run waits for a new slave"),
+    }
+    println!("  queue requests every {:.2} s on average", r.queue_interval);
+}
+
+fn sweep(app: App, args: &Args, params: &Params, options: &Options) -> anyhow::Result<u64> {
+    let ps: &[u64] = if args.quick { &[1, 2, 4, 8, 16] } else { &[1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 25, 32, 40] };
+    let mut blocks: Vec<u64> = ps.iter().map(|&p| args.n.div_ceil(p.min(args.n))).collect();
+    blocks.dedup();
+    let slaves: &[u64] = if args.quick { &[1, 2, 4, 8] } else { &[1, 2, 4, 8, 16, 32, 64] };
+    println!();
+    println!("predicted time lwr{{T_s}} in s (upper bound in brackets), {} n={}", app, args.n);
+    print!("{:>8} {:>6}", "b", "tasks");
+    for s in slaves {
+        print!(" {:>22}", format!("s={s}"));
+    }
+    println!(" {:>10}", "MiB/slave");
+    for &b in &blocks {
+        let mut row = Vec::new();
+        for &s in slaves {
+            row.push(predict(app, args.n, b, params, &Options { slaves: s, ..options.clone() })?);
+        }
+        print!("{:>8} {:>6}", b, row[0].volumes.n_tasks);
+        for pr in &row {
+            print!(" {:>22}", format!("{:.1} [{:.1}]", pr.t_s.lwr, pr.t_s.upr));
+        }
+        println!(" {:>10.1}", row[0].memory_per_slave / (1024.0 * 1024.0));
+    }
+    let budget = args.memory_mib * 1024.0 * 1024.0 * args.slaves as f64;
+    let layout = match options.matmul_caching {
+        MatmulCaching::SlaveBlockRow if app == App::Matmul => MemoryLayout::SlaveRow,
+        MatmulCaching::ServerBlockRow if app == App::Matmul => MemoryLayout::ServerRowDirected,
+        _ => MemoryLayout::NoCache,
+    };
+    let rec = recommend(app, args.n, budget, layout, params, options)?;
+    println!();
+    println!(
+        "memory {} MiB per slave x {} slaves ({layout:?}, section 5.3): largest block {:.0}; recommended b = {} \
+         (predicted {:.1} s, {} tasks, average recovery {:.2} s)",
+        args.memory_mib,
+        args.slaves,
+        rec.b_max,
+        rec.b,
+        rec.prediction.predicted,
+        rec.prediction.volumes.n_tasks,
+        rec.prediction.recovery.average
+    );
+    Ok(rec.b)
+}
+
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    let _ = args.quick;
-    anyhow::bail!("not built yet")
+    let app: App = args.app.parse().map_err(anyhow::Error::msg)?;
+    let params = load_params(args.params.as_ref())?;
+    let options = Options {
+        slaves: args.slaves,
+        matmul_caching: caching(&args.caching)?,
+        server_double_buffer: args.double_buffer,
+        slave_overlap: args.overlap,
+        store_nodes: args.store_nodes,
+        shared_cpu: args.cores.map(|cores| SharedCpu { cores, store_share: 1.0 }),
+        use_bsp: args.bsp,
+        cached_puts: false,
+        raytrace_task_overhead: 0.0,
+    };
+    let pr = predict(app, args.n, args.block, &params, &options)?;
+    print_prediction(&pr);
+    let recommended = if args.sweep { Some(sweep(app, &args, &params, &options)?) } else { None };
+
+    let extra = || {
+        vec![
+            ("app", json!(app.to_string())),
+            ("n", json!(args.n)),
+            ("b", json!(args.block)),
+            ("slaves", json!(args.slaves)),
+            ("params", json!(params.name)),
+        ]
+    };
+    let figure = |name: &str, value: f64, unit: &str| Figure { name, value, unit, target: None, extra: extra() }.print();
+    figure("model_t1", pr.t1, "s");
+    figure("model_t_inf_lwr", pr.t_inf.lwr, "s");
+    figure("model_t_inf_upr", pr.t_inf.upr, "s");
+    figure("model_predicted", pr.predicted, "s");
+    figure("model_t_s_upr", pr.t_s.upr, "s");
+    figure("model_rate", pr.rate / 1e6, "Mflop/s");
+    figure("model_tasks", pr.volumes.n_tasks as f64, "tasks");
+    figure("model_get", mb(pr.volumes.get_bytes), "MB");
+    figure("model_put", mb(pr.volumes.put_bytes), "MB");
+    figure("model_memory_per_slave", pr.memory_per_slave / (1024.0 * 1024.0), "MiB");
+    figure("model_recovery_average", pr.recovery.average, "s");
+    figure("model_recovery_worst", pr.recovery.worst, "s");
+    if let Some(b) = recommended {
+        let mut e = extra();
+        e.push(("memory_mib_per_slave", json!(args.memory_mib)));
+        Figure { name: "model_recommended_block", value: b as f64, unit: "elements", target: None, extra: e }.print();
+    }
+    Ok(())
 }
