@@ -8,6 +8,25 @@
 //! Units are SI throughout: rates in flop/s or bytes/s, thresholds in flop
 //! or bytes, MB = 10⁶ bytes (the thesis's asymptotic rates, 163, 58 and
 //! 641 Mflop/s, reproduce only with MB = 10⁶).
+//!
+//! A parameter file (TOML) names the four thesis parameters and, optionally,
+//! separate kernel rates, cached store rates and the BSP `g`, `l`:
+//!
+//! ```
+//! let text = r#"
+//!     name = "my cluster, measured by bench params"
+//!     multiply = { bandwidth = 2.0e10, threshold = 1.0e6 }   # P, flop/s : flop
+//!     solve    = { bandwidth = 1.5e10, threshold = 1.0e6 }   # optional
+//!     factor   = { bandwidth = 1.0e10, threshold = 1.0e6 }   # optional
+//!     network  = { bandwidth = 1.2e9,  threshold = 65536 }   # C, bytes/s : bytes
+//!     disk_get = { bandwidth = 5.0e8,  threshold = 65536 }   # Dget, cold
+//!     disk_get_cached = { bandwidth = 4.0e9 }                # optional
+//!     disk_put = { bandwidth = 3.0e8,  threshold = 65536 }   # Dput, synced
+//!     bsp = { g = 1.0e-9, l = 2.0e-5 }                       # optional
+//! "#;
+//! let p = model::Params::from_toml_str(text).unwrap();
+//! assert_eq!(p.add_rate(), p.multiply); // add/sub default to P
+//! ```
 
 use serde::{Deserialize, Serialize};
 

@@ -7,6 +7,9 @@ use model::{predict, raytrace, App, Options, Params, Variant};
 
 const CHOL: App = App::Cholesky(Variant::SingleBag);
 
+/// (row, app, n, b, tasks, input MB, get MB, put MB)
+type VolumeRow = (&'static str, App, u64, u64, u64, f64, f64, f64);
+
 fn rel_err(model: f64, thesis: f64) -> f64 {
     (model - thesis).abs() / thesis
 }
@@ -81,8 +84,7 @@ fn cholesky_variants_share_t1() {
 /// Data volumes of Tables 4.2, 4.3 and 4.6, in MB (10⁶ bytes) as printed.
 #[test]
 fn data_volumes_of_tables_4_2_4_3_4_6() {
-    let rows: [(&str, App, u64, u64, u64, f64, f64, f64); 8] = [
-        // (row, app, n, b, tasks, input MB, get MB, put MB)
+    let rows: [VolumeRow; 8] = [
         // Tables 4.2/4.3, MM 3000² b=300: 100 tasks, input 144, get 1440, put 72.
         ("4.3 MM b=300", App::Matmul, 3000, 300, 100, 144.0, 1440.0, 72.0),
         // MM 3000² b=750: 16 tasks, 144, 576, 72.
@@ -183,5 +185,27 @@ fn asymptotic_rates_of_section_5_2() {
         let p = predict(App::Matmul, 750 * 400, 750, &params, &Options::default()).unwrap();
         let rate = p.flops / p.t_inf.lwr / 1e6;
         assert!(rel_err(rate, printed) < 0.01, "{rate} vs {printed}");
+    }
+}
+
+/// Table 4.6 (ATM, 5 slaves) prints in parentheses the thesis's own
+/// prediction, `lwr{T_s} = T₁/5`, with Table 4.5's ATM parameters:
+/// MM 9000² b=600 (11620 s), b=750 (11462 s), Cholesky 15000² b=600
+/// (9853 s), b=750 (9792 s). The Cholesky figures reproduce to 0.1 %; the
+/// multiply figures come out 2.8-3.4 % higher (the thesis does not say how
+/// it got them; reads charged at two store nodes' disk rate would give
+/// 0.4 %), so they are held to 5 %.
+#[test]
+fn predictions_of_table_4_6() {
+    let o = Options { slaves: 5, store_nodes: 2, ..Options::default() };
+    for (app, n, b, thesis, tol) in [
+        (App::Matmul, 9000, 600, 11620.0, 0.05),
+        (App::Matmul, 9000, 750, 11462.0, 0.05),
+        (CHOL, 15000, 600, 9853.0, 0.001),
+        (CHOL, 15000, 750, 9792.0, 0.001),
+    ] {
+        let p = predict(app, n, b, &Params::thesis_atm(), &o).unwrap();
+        assert!(rel_err(p.predicted, thesis) <= tol, "{app} b={b}: {:.0} vs {thesis}", p.predicted);
+        assert_eq!(p.predicted, p.t1 / 5.0, "non-limiting: the prediction is T1/s");
     }
 }
