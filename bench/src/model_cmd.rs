@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use model::{predict, recommend, App, MatmulCaching, MemoryLayout, Options, Params, Prediction, SharedCpu};
+use model::{predict, recommend, App, CholeskyCaching, MatmulCaching, MemoryLayout, Options, Params, Prediction, SharedCpu};
 use serde_json::json;
 
 use crate::report::Figure;
@@ -38,8 +38,9 @@ pub(crate) struct Args {
     /// Memory per slave for the block recommendation, MiB.
     #[arg(long, default_value_t = 1024.0)]
     memory_mib: f64,
-    /// Matrix multiply caching (Table 3.3): none, server-block-a,
-    /// server-row, server-all, slave-row, slave-all.
+    /// Caching: matmul (Table 3.3) none, server-block-a, server-row,
+    /// server-all, slave-row, slave-all; cholesky (Table 3.4) none,
+    /// server-row, server-all.
     #[arg(long, default_value = "none")]
     caching: String,
     /// Extension: the store overlaps disk and network (section 5.5.1).
@@ -102,6 +103,15 @@ fn caching(name: &str) -> anyhow::Result<MatmulCaching> {
         "slave-row" => MatmulCaching::SlaveBlockRow,
         "slave-all" => MatmulCaching::SlaveAll,
         other => anyhow::bail!("unknown caching `{other}` (none, server-block-a, server-row, server-all, slave-row, slave-all)"),
+    })
+}
+
+fn cholesky_caching(name: &str) -> anyhow::Result<CholeskyCaching> {
+    Ok(match name {
+        "none" => CholeskyCaching::None,
+        "server-row" => CholeskyCaching::ServerBlockRow,
+        "server-all" => CholeskyCaching::ServerAll,
+        other => anyhow::bail!("caching `{other}` does not apply to cholesky (none, server-row, server-all)"),
     })
 }
 
@@ -195,7 +205,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let params = load_params(args.params.as_ref())?;
     let options = Options {
         slaves: args.slaves,
-        matmul_caching: caching(&args.caching)?,
+        matmul_caching: if app == App::Matmul { caching(&args.caching)? } else { MatmulCaching::None },
+        cholesky_caching: if let App::Cholesky(_) = app {
+            cholesky_caching(&args.caching)?
+        } else {
+            CholeskyCaching::None
+        },
         server_double_buffer: args.double_buffer,
         slave_overlap: args.overlap,
         store_nodes: args.store_nodes,

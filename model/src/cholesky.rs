@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::options::Options;
+use crate::options::{CholeskyCaching, Options};
 use crate::params::ELEMENT_BYTES;
 use crate::primitives::Primitives;
 use crate::schedule::{Bounds, Step, TaskCost};
@@ -110,16 +110,25 @@ pub fn multi_step1_upr_inf_eq_a15(t: &Primitives, p: u64) -> f64 {
     tcomm(t, p) + (pf - 1.0) * (pf - 1.0) * ops(t) + pf * t.tchol + (pf - 1.0) * t.tsolve
 }
 
-/// Block reads `(N₂, N₃)` and server memory `m₂` for the caching
-/// organisations of Table 3.4: 0 none, 1 a block row at the server, 2 all
-/// at the server. For (3.26)–(3.27).
-pub fn read_counts_table_3_4(org: u8, p: u64, n: u64, b: u64, s: u64) -> (f64, f64, f64) {
+/// Block reads `(N₂, N₃)` and server memory `m₂` of Table 3.4.
+pub fn read_counts_table_3_4(caching: CholeskyCaching, p: u64, n: u64, b: u64, s: u64) -> (f64, f64, f64) {
     let (p, n, b, s) = (p as f64, n as f64, b as f64, s as f64);
-    match org {
-        0 => (0.0, p / 6.0 * (p + 1.0) * (2.0 * p + 1.0), 0.0),
-        1 => (p / 6.0 * (p * p - 1.0), p / 6.0 * (p + 1.0) * (p + 2.0), 16.0 * n * b * s),
-        _ => (p / 3.0 * (p * p - 1.0), p / 2.0 * (p + 1.0), 16.0 * n * n),
+    match caching {
+        CholeskyCaching::None => (0.0, p / 6.0 * (p + 1.0) * (2.0 * p + 1.0), 0.0),
+        CholeskyCaching::ServerBlockRow => (p / 6.0 * (p * p - 1.0), p / 6.0 * (p + 1.0) * (p + 2.0), 16.0 * n * b * s),
+        CholeskyCaching::ServerAll => (p / 3.0 * (p * p - 1.0), p / 2.0 * (p + 1.0), 16.0 * n * n),
     }
+}
+
+/// The primitives with every read costing the Table 3.4 mix of cached and
+/// disk reads: `tdget ← (N₂·tdget_cached + N₃·tdget)/(N₂ + N₃)`.
+pub fn with_caching(t: &Primitives, caching: CholeskyCaching, p: u64, n: u64, b: u64, s: u64) -> Primitives {
+    let (n2, n3, _) = read_counts_table_3_4(caching, p, n, b, s);
+    if n2 + n3 == 0.0 {
+        return *t;
+    }
+    let tdget = (n2 * t.tdget_cached + n3 * t.tdget) / (n2 + n3);
+    Primitives { tdget, tget: tdget + t.tcom, ..*t }
 }
 
 /// `T₁` with cached reads (3.26).

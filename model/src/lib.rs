@@ -58,7 +58,7 @@ mod volumes;
 
 pub use cholesky::Variant;
 pub use error::{ModelError, ParamsError};
-pub use options::{MatmulCaching, Options, SharedCpu};
+pub use options::{CholeskyCaching, MatmulCaching, Options, SharedCpu};
 pub use params::{Bsp, Params, Piecewise, ELEMENT_BYTES, MB, MFLOP, PIXEL_BYTES, THESIS_RAY_PIXEL_RATE};
 pub use predict::{predict, App, Prediction};
 pub use primitives::Primitives;

@@ -31,6 +31,20 @@ pub enum MatmulCaching {
     SlaveAll,
 }
 
+/// Caching organisations for Cholesky (thesis Table 3.4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CholeskyCaching {
+    /// 1. No caching: `N₃ = (p/6)(p+1)(2p+1)`.
+    #[default]
+    None,
+    /// 2. A block row at the server (`s ≤ p`): `N₂ = (p/6)(p²−1)`,
+    ///    `N₃ = (p/6)(p+1)(p+2)`, `m₂ = 16nbs`.
+    ServerBlockRow,
+    /// 3. Everything at the server: `N₂ = (p/3)(p²−1)`, `N₃ = (p/2)(p+1)`,
+    ///    `m₂ = 16n²`.
+    ServerAll,
+}
+
 /// The store node shares the CPUs of one machine with the slaves
 /// (extension: the thesis's store ran on its own workstation). With `s`
 /// slaves and a store that keeps `store_share` cores busy, each slave's
@@ -58,6 +72,9 @@ pub struct Options {
     pub slaves: u64,
     /// Matrix multiply caching organisation (Table 3.3).
     pub matmul_caching: MatmulCaching,
+    /// Cholesky caching organisation (Table 3.4). The cached share of reads
+    /// is spread evenly over the tasks, which gives (3.26) and (3.27) exactly.
+    pub cholesky_caching: CholeskyCaching,
     /// Server double buffering (§5.5.1, eq. 5.6): disk and network transfers
     /// of different requests overlap, so the store is busy for
     /// `max(Σ disk, Σ network)` instead of their sum.
@@ -88,6 +105,7 @@ impl Default for Options {
         Self {
             slaves: 1,
             matmul_caching: MatmulCaching::None,
+            cholesky_caching: CholeskyCaching::None,
             server_double_buffer: false,
             slave_overlap: false,
             store_nodes: 1,

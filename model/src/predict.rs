@@ -138,7 +138,10 @@ fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown:
     if app == App::Raytrace {
         return Ok(Shape::Steps(raytrace::steps(params, n, b, options, slowdown)));
     }
-    let t = Primitives::square(params, b, options)?.slowed(slowdown);
+    let mut t = Primitives::square(params, b, options)?.slowed(slowdown);
+    if let App::Cholesky(_) = app {
+        t = cholesky::with_caching(&t, options.cholesky_caching, p, n, b, options.slaves);
+    }
     Ok(match app {
         App::Matmul => Shape::Steps(matmul::steps(&t, p, b, options)),
         App::Lu { pivot } => Shape::Steps(lu::steps(&t, p, pivot)),

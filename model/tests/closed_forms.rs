@@ -2,7 +2,7 @@
 //! tasks must give the printed equations, so a slip in either shows.
 
 use model::schedule::Bounds;
-use model::{cholesky, lu, matmul, predict, App, MatmulCaching, Options, Params, Primitives, Variant};
+use model::{cholesky, lu, matmul, predict, App, CholeskyCaching, MatmulCaching, Options, Params, Piecewise, Primitives, Variant};
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-12)
@@ -15,6 +15,7 @@ fn param_sets() -> Vec<Params> {
 const INF: Options = Options {
     slaves: u64::MAX,
     matmul_caching: MatmulCaching::None,
+    cholesky_caching: CholeskyCaching::None,
     server_double_buffer: false,
     slave_overlap: false,
     store_nodes: 1,
@@ -140,4 +141,96 @@ fn lu_is_5_28_to_5_31_and_appendix_b() {
             }
         }
     }
+}
+
+/// Table 3.4 with (3.26) and (3.27), single-bag, with a store cache read
+/// rate so that cached reads are not free.
+#[test]
+fn cholesky_caching_is_3_26_and_3_27() {
+    let mut params = Params::thesis_fast();
+    params.disk_get_cached = Some(Piecewise::new(50e6, 0.0));
+    let b = 200;
+    let t = Primitives::square(&params, b, &Options::default()).unwrap();
+    for p in 1..=20 {
+        for caching in [CholeskyCaching::None, CholeskyCaching::ServerBlockRow, CholeskyCaching::ServerAll] {
+            let (n2, n3, _) = cholesky::read_counts_table_3_4(caching, p, p * b, b, 1);
+            // Table 3.4: every organisation reads (p/6)(p+1)(2p+1) blocks in all.
+            let pf = p as f64;
+            assert!(close(n2 + n3, pf / 6.0 * (pf + 1.0) * (2.0 * pf + 1.0)), "{caching:?} p={p}");
+            let o = Options { cholesky_caching: caching, ..Options::default() };
+            let (t1, _) = run(App::Cholesky(Variant::SingleBag), p, b, &params, &o);
+            assert!(close(t1, cholesky::t1_eq_3_26(&t, p, n2, n3)), "3.26 {caching:?} p={p}");
+            let (_, inf) = run(App::Cholesky(Variant::SingleBag), p, b, &params, &Options { slaves: u64::MAX, ..o });
+            assert!(inf.lwr >= cholesky::lwr_inf_eq_3_27(&t, p, n2, n3) * (1.0 - 1e-12), "3.27 {caching:?} p={p}");
+        }
+    }
+}
+
+/// Server double buffering, (5.6): `lwr{T∞} = max{max{(N₂+N₃+p²)tcom,
+/// N₃tdget + p²tdput}, T₁/p²}`; single-slave time unchanged.
+#[test]
+fn server_double_buffering_is_5_6() {
+    let params = Params::thesis_atm();
+    let b = 500;
+    let t = Primitives::square(&params, b, &Options::default()).unwrap();
+    for p in 1..=20u64 {
+        for caching in [MatmulCaching::None, MatmulCaching::ServerBlockRow] {
+            let o = Options { matmul_caching: caching, server_double_buffer: true, ..Options::default() };
+            let rc = matmul::read_counts(caching, p, b, 1);
+            let pf = p as f64;
+            let t1 = matmul::t1_eq_3_15(&t, p, &rc);
+            let want = ((rc.n2 + rc.n3 + pf * pf) * t.tcom).max(rc.n3 * t.tdget + pf * pf * t.tdput).max(t1 / (pf * pf));
+            let (got_t1, inf) = run(App::Matmul, p, b, &params, &o);
+            assert!(close(got_t1, t1), "T1 unchanged p={p}");
+            assert!(close(inf.lwr, want), "5.6 {caching:?} p={p}: {} vs {want}", inf.lwr);
+        }
+    }
+}
+
+/// Slave multithreading (§5.5.2): for multiply
+/// `T₁ = max{N₂tget2 + N₃tget3 + p²tput, p³(tmult + tadd)}` (for p ≥ 2, where
+/// no single task dominates).
+#[test]
+fn slave_overlap_t1_is_section_5_5_2() {
+    for params in param_sets() {
+        let b = 300;
+        let t = Primitives::square(&params, b, &Options::default()).unwrap();
+        for p in 2..=20u64 {
+            let pf = p as f64;
+            let rc = matmul::read_counts(MatmulCaching::None, p, b, 1);
+            let want = (rc.n3 * t.tget + pf * pf * t.tput).max(pf * pf * pf * (t.tmult + t.tadd));
+            let o = Options { slave_overlap: true, ..Options::default() };
+            let (t1, _) = run(App::Matmul, p, b, &params, &o);
+            assert!(close(t1, want), "p={p}: {t1} vs {want}");
+        }
+    }
+}
+
+/// §5.2: "In the case of the ATM configuration ... the limiting bandwidth is
+/// twice that for a single node ... The asymptotic performance for block
+/// size 750 is then 641 Mflop/s": two store nodes halve the store's busy
+/// time.
+#[test]
+fn atm_two_store_nodes_give_641_mflops() {
+    let o = Options { slaves: u64::MAX, store_nodes: 2, ..Options::default() };
+    let pr = predict(App::Matmul, 750 * 400, 750, &Params::thesis_atm(), &o).unwrap();
+    let rate = pr.flops / pr.t_inf.lwr / 1e6;
+    assert!((rate - 641.0).abs() / 641.0 < 0.01, "{rate}");
+}
+
+/// The shared-CPU extension slows compute by (s + store share)/cores once
+/// the slaves and the store outnumber the cores, and leaves transfers alone.
+#[test]
+fn shared_cpu_slows_compute_only() {
+    let params = Params::thesis_fast();
+    let plain = predict(App::Matmul, 3000, 300, &params, &Options::with_slaves(4)).unwrap();
+    let o = Options { shared_cpu: Some(model::SharedCpu { cores: 2, store_share: 1.0 }), ..Options::with_slaves(4) };
+    let shared = predict(App::Matmul, 3000, 300, &params, &o).unwrap();
+    let t = Primitives::square(&params, 300, &Options::default()).unwrap();
+    let comp = 1000.0 * (t.tmult + t.tadd);
+    let io = plain.t1 - comp;
+    // One slave with the store on 2 cores: no slow-down.
+    assert!(close(shared.t1, plain.t1));
+    // Four slaves + store on 2 cores: compute 2.5 times slower.
+    assert!(close(shared.t_s.lwr, ((io + 2.5 * comp) / 4.0).max(plain.t_inf.lwr)), "{} vs {}", shared.t_s.lwr, io);
 }
