@@ -216,9 +216,9 @@ pub fn critical_paths(t: &Primitives, p: u64) -> (f64, f64) {
 }
 
 /// Tasks, reads and writes; edge blocks counted at their real size.
-/// The merged task of multi-step(2) reads what its two parts read, as in
-/// the thesis's counts.
-pub fn volumes(n: u64, b: u64) -> Volumes {
+/// Multi-step(2) merges `p−1` pairs of tasks; the merged task reads what its
+/// two parts read, as in the thesis's counts.
+pub fn volumes(n: u64, b: u64, variant: Variant) -> Volumes {
     let w = block_widths(n, b);
     let p = w.len();
     let (mut gets, mut get_el, mut put_el) = (0u64, 0.0, 0.0);
@@ -236,8 +236,9 @@ pub fn volumes(n: u64, b: u64) -> Volumes {
         prefix += w[j];
     }
     let pu = p as u64;
+    let merged = if variant == Variant::MultiStep2 { pu - 1 } else { 0 };
     Volumes {
-        n_tasks: pu * (pu + 1) / 2,
+        n_tasks: pu * (pu + 1) / 2 - merged,
         input_bytes: ELEMENT_BYTES * put_el,
         n_gets: gets,
         get_bytes: ELEMENT_BYTES * get_el,
@@ -290,4 +291,44 @@ pub(crate) fn graph_bounds(t: &Primitives, p: u64, all: &Step, s: u64, ov: crate
         upr = upr.min(all.io() + cp_comp);
     }
     Bounds { lwr, upr }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::Params;
+
+    fn prims() -> Primitives {
+        Primitives::square(&Params::thesis_fast(), 300, &Options::default()).unwrap()
+    }
+
+    /// Fig. 2.6 dependencies for p = 3: the longest chain is
+    /// (1,1) -> (2,1) -> (2,2) -> (3,2) -> (3,3); (3,1) runs beside (2,1).
+    #[test]
+    fn critical_path_of_p3_follows_the_diagonal() {
+        let t = prims();
+        let want = diag_task(&t, 1).total() + off_task(&t, 1).total() + diag_task(&t, 2).total()
+            + off_task(&t, 2).total()
+            + diag_task(&t, 3).total();
+        let (cp, cp_comp) = critical_paths(&t, 3);
+        assert!((cp - want).abs() < 1e-9, "{cp} vs {want}");
+        assert!(cp_comp < cp);
+        assert!((critical_paths(&t, 1).0 - diag_task(&t, 1).total()).abs() < 1e-12);
+    }
+
+    /// Multi-step(1) has 2p−1 steps, multi-step(2) p steps (the first
+    /// factor task, then one per column with the merged task).
+    #[test]
+    fn step_structure() {
+        let t = prims();
+        for p in 1..8u64 {
+            let ms1 = steps(&t, p, Variant::MultiStep1);
+            assert_eq!(ms1.len() as u64, 2 * p - 1);
+            assert_eq!(ms1.iter().map(Step::n_tasks).sum::<u64>(), p * (p + 1) / 2);
+            let ms2 = steps(&t, p, Variant::MultiStep2);
+            assert_eq!(ms2.len() as u64, p);
+            assert_eq!(ms2.iter().map(Step::n_tasks).sum::<u64>(), p * (p + 1) / 2 - (p - 1));
+            assert_eq!(volumes(p * 300, 300, Variant::MultiStep2).n_tasks, p * (p + 1) / 2 - (p - 1));
+        }
+    }
 }

@@ -208,7 +208,7 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
 
     let volumes = match app {
         App::Matmul => matmul::volumes(n, b, options.matmul_caching, s),
-        App::Cholesky(_) => cholesky::volumes(n, b),
+        App::Cholesky(v) => cholesky::volumes(n, b, v),
         App::Lu { pivot } => lu::volumes(n, b, pivot),
         App::Raytrace => raytrace::volumes(n, b),
     };
