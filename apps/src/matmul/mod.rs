@@ -1,0 +1,89 @@
+//! Block matrix multiply `C = A·B` (`003…` §2.5, Fig. 2.5).
+//!
+//! One task per C block: `c_ij = Σ_k a_ik · b_kj`. A task reads the pairs
+//! `A(i,k), B(k,j)` one after the other and accumulates with dgemm, so it
+//! holds three blocks at most (the source's `m = 3·8b²`). All tasks are
+//! independent: one bag, row by row.
+
+use crate::block::{Block, MatrixMeta};
+use crate::ctx::TaskCtx;
+use crate::job::{self, OutputShape, Plan, PlanError, PlannedBag, TaskError, TaskOutcome};
+use crate::kernels;
+use serde::{Deserialize, Serialize};
+
+/// Task descriptor: compute `C(i, j)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MatmulTask {
+    /// Block row of C.
+    pub i: u32,
+    /// Block column of C.
+    pub j: u32,
+}
+
+/// Checks that `A·B` is defined blockwise: inner dimensions and block sizes agree.
+pub(crate) fn check_inputs(a: &MatrixMeta, b: &MatrixMeta) -> Result<(), PlanError> {
+    job::check_nonempty(a)?;
+    job::check_nonempty(b)?;
+    if a.n_cols != b.n_rows {
+        return Err(PlanError::IncompatibleShapes {
+            a_name: a.name.clone(),
+            a: (a.n_rows, a.n_cols),
+            b_name: b.name.clone(),
+            b: (b.n_rows, b.n_cols),
+        });
+    }
+    // Same b on both sides makes A's block columns line up with B's block rows.
+    if a.block != b.block {
+        return Err(PlanError::BlockMismatch {
+            a_name: a.name.clone(),
+            a_block: a.block,
+            b_name: b.name.clone(),
+            b_block: b.block,
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn check(a: &MatrixMeta, b: &MatrixMeta, c: &MatrixMeta) -> Result<(), PlanError> {
+    check_inputs(a, b)?;
+    job::check_output(c, OutputShape { n_rows: a.n_rows, n_cols: b.n_cols, block: a.block })?;
+    if c.id == a.id || c.id == b.id {
+        return Err(PlanError::OutputAliasesInput { name: c.name.clone() });
+    }
+    Ok(())
+}
+
+pub(crate) fn plan(job: uuid::Uuid, a: &MatrixMeta, b: &MatrixMeta, c: &MatrixMeta) -> Result<Plan, PlanError> {
+    check(a, b, c)?;
+    let tasks = (0..c.block_rows())
+        .flat_map(|i| (0..c.block_cols()).map(move |j| job::encode_task(&MatmulTask { i, j })))
+        .collect();
+    Ok(Plan { bags: vec![PlannedBag { name: job::bag_name(job, "matmul"), tasks }], initial_small: vec![] })
+}
+
+pub(crate) fn run(
+    a: &MatrixMeta,
+    b: &MatrixMeta,
+    c: &MatrixMeta,
+    task: &[u8],
+    ctx: &mut dyn TaskCtx,
+) -> Result<TaskOutcome, TaskError> {
+    let t: MatmulTask = job::decode_task(task)?;
+    if !c.contains(t.i, t.j) {
+        return Err(TaskError::BadTask { reason: format!("C block ({},{}) outside {}", t.i, t.j, c.name) });
+    }
+    let (rows, cols) = c.block_shape(t.i, t.j);
+    let mut acc = Block::zeros(rows, cols);
+    let mut flops = 0.0;
+    for k in 0..a.block_cols() {
+        let ab = job::read_checked(ctx, a, t.i, k)?;
+        let bb = job::read_checked(ctx, b, k, t.j)?;
+        kernels::gemm(1.0, &ab, false, &bb, false, 1.0, &mut acc);
+        flops += 2.0 * (rows * cols * ab.cols) as f64;
+    }
+    ctx.write_block(c.block_id(t.i, t.j), &acc)?;
+    Ok(TaskOutcome { flops })
+}
+
+#[cfg(test)]
+mod tests;

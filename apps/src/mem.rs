@@ -1,0 +1,299 @@
+//! An in-memory store and executor: [`MemStore`] holds blocks and small
+//! objects in hash maps, [`MemCtx`] implements [`TaskCtx`] over it with the
+//! same all-or-nothing semantics as the real store (writes and enqueues are
+//! buffered and applied only on commit), and [`run_plan`] runs a job's bags
+//! in sequence on one thread, counting every block read and write per task.
+//!
+//! Used by the tests and by the performance model's volume checks.
+
+use crate::block::{Block, BlockId, MatrixMeta};
+use crate::ctx::{CtxError, TaskCtx};
+use crate::generate::{generate_block, MatrixKind};
+use crate::job::{self, JobSpec, Plan, TaskError};
+use crate::verify::BlockSource;
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+/// Blocks and small objects, in memory.
+#[derive(Clone, Debug, Default)]
+pub struct MemStore {
+    /// Every block written so far.
+    pub blocks: HashMap<BlockId, Block>,
+    /// Every small object.
+    pub small: HashMap<String, Vec<u8>>,
+}
+
+/// Counts of what one task (or a whole run) touched.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskStats {
+    /// Block reads.
+    pub block_reads: u64,
+    /// Block writes.
+    pub block_writes: u64,
+    /// Small-object reads (including flag waits).
+    pub small_reads: u64,
+    /// Small-object writes.
+    pub small_writes: u64,
+    /// Enqueues.
+    pub enqueues: u64,
+}
+
+impl std::ops::AddAssign for TaskStats {
+    fn add_assign(&mut self, o: TaskStats) {
+        self.block_reads += o.block_reads;
+        self.block_writes += o.block_writes;
+        self.small_reads += o.small_reads;
+        self.small_writes += o.small_writes;
+        self.enqueues += o.enqueues;
+    }
+}
+
+impl MemStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Generates every block of `meta`.
+    pub fn generate(&mut self, meta: &MatrixMeta, kind: MatrixKind, seed: u64) {
+        for id in meta.blocks() {
+            self.blocks.insert(id, generate_block(kind, seed, meta, id.i, id.j));
+        }
+    }
+
+    /// Stores a whole column-major `n_rows × n_cols` matrix, block by block.
+    /// Returns `false` (storing nothing) if `data` has the wrong length.
+    pub fn insert_dense(&mut self, meta: &MatrixMeta, data: &[f64]) -> bool {
+        let (n, m) = (meta.n_rows as usize, meta.n_cols as usize);
+        if data.len() != n * m {
+            return false;
+        }
+        for id in meta.blocks() {
+            let (rows, cols) = meta.block_shape(id.i, id.j);
+            let (r0, c0) = (meta.row_offset(id.i) as usize, meta.col_offset(id.j) as usize);
+            let mut b = Block::zeros(rows, cols);
+            for c in 0..cols {
+                for r in 0..rows {
+                    b.set(r, c, data[(r0 + r) + (c0 + c) * n]);
+                }
+            }
+            self.blocks.insert(id, b);
+        }
+        true
+    }
+
+    /// The whole matrix, column-major; `None` if a block is missing or misshapen.
+    pub fn to_dense(&self, meta: &MatrixMeta) -> Option<Vec<f64>> {
+        let n = meta.n_rows as usize;
+        let mut out = vec![0.0; n * meta.n_cols as usize];
+        for id in meta.blocks() {
+            let b = self.blocks.get(&id)?;
+            if (b.rows, b.cols) != meta.block_shape(id.i, id.j) {
+                return None;
+            }
+            let (r0, c0) = (meta.row_offset(id.i) as usize, meta.col_offset(id.j) as usize);
+            for c in 0..b.cols {
+                for r in 0..b.rows {
+                    out[(r0 + r) + (c0 + c) * n] = b.get(r, c);
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// Runs one task in its own action: on success its writes, small objects
+    /// and enqueues are applied (enqueues are returned, not queued); on error
+    /// nothing is.
+    pub fn run_one(
+        &mut self,
+        spec: &JobSpec,
+        task: &[u8],
+        tries: u32,
+    ) -> Result<(TaskStats, Vec<(String, Vec<u8>)>, f64), TaskError> {
+        let mut ctx = MemCtx::new(self, spec.job());
+        let out = job::run_task(spec, task, tries, &mut ctx)?;
+        let stats = ctx.stats;
+        let pending = ctx.into_pending();
+        let enq = self.apply(pending);
+        Ok((stats, enq, out.flops))
+    }
+
+    fn apply(&mut self, p: Pending) -> Vec<(String, Vec<u8>)> {
+        self.blocks.extend(p.blocks);
+        self.small.extend(p.small);
+        p.enqueued
+    }
+}
+
+/// The missing object of a failed [`MemStore`] read.
+#[derive(Debug, thiserror::Error)]
+#[error("no block {0}")]
+pub struct MemMissing(pub BlockId);
+
+impl BlockSource for MemStore {
+    type Error = MemMissing;
+    fn read_block(&mut self, id: BlockId) -> Result<Block, MemMissing> {
+        self.blocks.get(&id).cloned().ok_or(MemMissing(id))
+    }
+    fn read_small(&mut self, key: &str) -> Result<Option<Vec<u8>>, MemMissing> {
+        Ok(self.small.get(key).cloned())
+    }
+}
+
+struct Pending {
+    blocks: HashMap<BlockId, Block>,
+    small: HashMap<String, Vec<u8>>,
+    enqueued: Vec<(String, Vec<u8>)>,
+}
+
+/// One task's action over a [`MemStore`]: reads see the task's own pending
+/// writes first; nothing reaches the store unless the task succeeds.
+pub struct MemCtx<'a> {
+    store: &'a MemStore,
+    job: uuid::Uuid,
+    pending: Pending,
+    /// What the task has touched so far.
+    pub stats: TaskStats,
+}
+
+impl<'a> MemCtx<'a> {
+    /// A fresh action over `store` for job `job`.
+    pub fn new(store: &'a MemStore, job: uuid::Uuid) -> Self {
+        MemCtx {
+            store,
+            job,
+            pending: Pending { blocks: HashMap::new(), small: HashMap::new(), enqueued: vec![] },
+            stats: TaskStats::default(),
+        }
+    }
+
+    fn into_pending(self) -> Pending {
+        self.pending
+    }
+
+    fn small(&self, key: &str) -> Option<Vec<u8>> {
+        self.pending.small.get(key).or_else(|| self.store.small.get(key)).cloned()
+    }
+}
+
+impl TaskCtx for MemCtx<'_> {
+    fn job(&self) -> uuid::Uuid {
+        self.job
+    }
+    fn read_block(&mut self, id: BlockId) -> Result<Block, CtxError> {
+        self.stats.block_reads += 1;
+        self.pending
+            .blocks
+            .get(&id)
+            .or_else(|| self.store.blocks.get(&id))
+            .cloned()
+            .ok_or_else(|| CtxError::NotFound { what: id.to_string() })
+    }
+    fn write_block(&mut self, id: BlockId, block: &Block) -> Result<(), CtxError> {
+        self.stats.block_writes += 1;
+        self.pending.blocks.insert(id, block.clone());
+        Ok(())
+    }
+    fn read_small(&mut self, key: &str) -> Result<Option<Vec<u8>>, CtxError> {
+        self.stats.small_reads += 1;
+        Ok(self.small(key))
+    }
+    fn write_small(&mut self, key: &str, value: &[u8]) -> Result<(), CtxError> {
+        self.stats.small_writes += 1;
+        self.pending.small.insert(key.to_string(), value.to_vec());
+        Ok(())
+    }
+    fn await_flag(&mut self, key: &str, _timeout: Duration) -> Result<bool, CtxError> {
+        // One thread, tasks run in bag order: a flag absent now never appears
+        // while we wait, so answer at once (a real store would wait).
+        self.stats.small_reads += 1;
+        Ok(self.small(key).is_some())
+    }
+    fn enqueue(&mut self, bag: &str, task: &[u8]) -> Result<(), CtxError> {
+        self.stats.enqueues += 1;
+        self.pending.enqueued.push((bag.to_string(), task.to_vec()));
+        Ok(())
+    }
+}
+
+/// One committed task of a [`run_plan`] run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskRecord {
+    /// Bag it came from.
+    pub bag: String,
+    /// Its descriptor.
+    pub task: Vec<u8>,
+    /// What it touched.
+    pub stats: TaskStats,
+    /// Its flops.
+    pub flops: f64,
+}
+
+/// Every task of a run, in commit order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunReport {
+    /// Committed tasks, in order.
+    pub tasks: Vec<TaskRecord>,
+}
+
+impl RunReport {
+    /// Totals over all tasks.
+    pub fn totals(&self) -> TaskStats {
+        let mut t = TaskStats::default();
+        for r in &self.tasks {
+            t += r.stats;
+        }
+        t
+    }
+}
+
+/// Why [`run_plan`] stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A task failed; nothing of it was applied.
+    #[error("task {task} of bag {bag} failed: {source}")]
+    Task {
+        /// The bag.
+        bag: String,
+        /// The descriptor, as text.
+        task: String,
+        /// Why.
+        #[source]
+        source: TaskError,
+    },
+    /// A task enqueued into a bag that is not in the plan (or already done).
+    #[error("task enqueued into unknown or finished bag {bag}")]
+    UnknownBag {
+        /// The bag named.
+        bag: String,
+    },
+}
+
+/// Runs every bag of `plan` in order, one task at a time, each in its own
+/// all-or-nothing action, until every bag is empty.
+pub fn run_plan(store: &mut MemStore, spec: &JobSpec, plan: &Plan) -> Result<RunReport, RunError> {
+    for (k, v) in &plan.initial_small {
+        store.small.insert(k.clone(), v.clone());
+    }
+    let mut report = RunReport::default();
+    for bag in &plan.bags {
+        let mut queue: VecDeque<Vec<u8>> = bag.tasks.iter().cloned().collect();
+        while let Some(task) = queue.pop_front() {
+            let (stats, enq, flops) = store.run_one(spec, &task, 0).map_err(|source| RunError::Task {
+                bag: bag.name.clone(),
+                task: String::from_utf8_lossy(&task).into_owned(),
+                source,
+            })?;
+            for (name, t) in enq {
+                if name == bag.name {
+                    queue.push_back(t);
+                } else {
+                    // Only the current bag may grow: later bags are fixed by the plan.
+                    return Err(RunError::UnknownBag { bag: name });
+                }
+            }
+            report.tasks.push(TaskRecord { bag: bag.name.clone(), task, stats, flops });
+        }
+    }
+    Ok(report)
+}
