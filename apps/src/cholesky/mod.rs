@@ -1,25 +1,263 @@
-//! Left-looking blocked Cholesky (in progress).
-use crate::block::MatrixMeta;
+//! Left-looking blocked Cholesky `A = L·Lᵀ` (`003…` §2.6, Figs. 2.6–2.8).
+//!
+//! Task `(i, j)`, `i ≥ j`, computes block `L(i,j)` exactly once:
+//! `S = A(i,j) − Σ_{k<j} L(i,k)·L(j,k)ᵀ`, then `L(j,j) = chol(S)` on the
+//! diagonal, else `L(i,j) = S·L(j,j)⁻ᵀ`. Only lower blocks of A are read and
+//! only lower blocks of L written (upper triangle of `L(j,j)` zero; blocks
+//! above the diagonal are never written, so the master should create them
+//! as zeros or treat them as such). A task holds at most four blocks.
+//!
+//! The variants differ only in how tasks wait for their inputs; see
+//! [`CholeskyVariant`].
+
+use crate::block::{Block, MatrixMeta};
 use crate::ctx::TaskCtx;
-use crate::job::{CholeskyVariant, Plan, PlanError, TaskError, TaskOutcome};
+use crate::job::{self, CholeskyVariant, OutputShape, Plan, PlanError, PlannedBag, TaskError, TaskOutcome};
+use crate::kernels;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 /// Default first wait on a ready flag (single-bag), in milliseconds.
 pub const DEFAULT_FLAG_TIMEOUT_MS: u64 = 10_000;
 
-pub(crate) fn plan(_job: uuid::Uuid, _a: &MatrixMeta, _l: &MatrixMeta, _v: CholeskyVariant) -> Result<Plan, PlanError> {
-    Err(PlanError::BadImage { reason: "cholesky not implemented yet".into() })
+/// Task descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "kebab-case")]
+pub enum CholTask {
+    /// Compute `L(i, j)`.
+    Block {
+        /// Block row.
+        i: u32,
+        /// Block column.
+        j: u32,
+    },
+    /// Multi-step(2): compute `L(j, j−1)` and then `L(j, j)` in one task.
+    Merged {
+        /// The diagonal block's index (≥ 1).
+        j: u32,
+    },
+}
+
+/// Key of the ready flag of `L(i, j)` (single-bag).
+pub fn flag_key(job: uuid::Uuid, i: u32, j: u32) -> String {
+    format!("{job}/chol/ready/{i}/{j}")
+}
+
+/// Key of the dependency counter of task `(i, j)` (dag): a little-endian u32.
+pub fn counter_key(job: uuid::Uuid, i: u32, j: u32) -> String {
+    format!("{job}/chol/deps/{i}/{j}")
+}
+
+/// How long single-bag waits on a flag at attempt `tries`: doubling, capped at 64×.
+pub fn flag_timeout(base_ms: u64, tries: u32) -> Duration {
+    Duration::from_millis(base_ms.saturating_mul(1u64 << tries.min(6)))
+}
+
+fn check(a: &MatrixMeta, l: &MatrixMeta) -> Result<(), PlanError> {
+    job::check_square(a)?;
+    job::check_output(l, OutputShape { n_rows: a.n_rows, n_cols: a.n_cols, block: a.block })?;
+    if l.id == a.id {
+        return Err(PlanError::OutputAliasesInput { name: l.name.clone() });
+    }
+    Ok(())
+}
+
+fn enc(t: CholTask) -> Vec<u8> {
+    job::encode_task(&t)
+}
+
+/// Number of inputs of task `(i, j)` produced by other tasks: `L(j,k)` for
+/// `k<j` on the diagonal; `L(i,k), L(j,k)` for `k<j` and `L(j,j)` below it.
+pub fn n_deps(i: u32, j: u32) -> u32 {
+    if i == j {
+        j
+    } else {
+        2 * j + 1
+    }
+}
+
+/// Tasks that read `L(r, c)` (the successors a dag task decrements), in a
+/// fixed order (sorted), so concurrent tasks lock counters in the same order.
+pub fn successors(p: u32, r: u32, c: u32) -> Vec<(u32, u32)> {
+    let mut s = Vec::new();
+    if r == c {
+        s.extend((c + 1..p).map(|i| (i, c)));
+    } else {
+        // As L(i,k) of tasks (r, j), c < j < r, and of the diagonal (r, r).
+        s.extend((c + 1..=r).map(|j| (r, j)));
+        // As L(j,k) of tasks (i, r), i > r.
+        s.extend((r + 1..p).map(|i| (i, r)));
+    }
+    s.sort_unstable();
+    s
+}
+
+pub(crate) fn plan(job: uuid::Uuid, a: &MatrixMeta, l: &MatrixMeta, v: CholeskyVariant) -> Result<Plan, PlanError> {
+    check(a, l)?;
+    let p = a.block_rows();
+    let blk = |i, j| enc(CholTask::Block { i, j });
+    let mut plan = Plan::default();
+    match v {
+        CholeskyVariant::SingleBag => {
+            // Column-major order: every task's inputs come earlier in the bag,
+            // so waiting on flags cannot deadlock.
+            let tasks = (0..p).flat_map(|j| (j..p).map(move |i| blk(i, j))).collect();
+            plan.bags.push(PlannedBag { name: job::bag_name(job, "cholesky/single-bag"), tasks });
+        }
+        CholeskyVariant::MultiStep1 => {
+            for j in 0..p {
+                plan.bags.push(PlannedBag { name: job::bag_name(job, &format!("cholesky/diag/{j}")), tasks: vec![blk(j, j)] });
+                if j + 1 < p {
+                    let tasks = (j + 1..p).map(|i| blk(i, j)).collect();
+                    plan.bags.push(PlannedBag { name: job::bag_name(job, &format!("cholesky/solve/{j}")), tasks });
+                }
+            }
+        }
+        CholeskyVariant::MultiStep2 => {
+            plan.bags.push(PlannedBag { name: job::bag_name(job, "cholesky/step/0"), tasks: vec![blk(0, 0)] });
+            for j in 0..p.saturating_sub(1) {
+                // The merged task is on the critical path: first in the bag.
+                let mut tasks = vec![enc(CholTask::Merged { j: j + 1 })];
+                tasks.extend((j + 2..p).map(|i| blk(i, j)));
+                plan.bags.push(PlannedBag { name: job::bag_name(job, &format!("cholesky/step/{}", j + 1)), tasks });
+            }
+        }
+        CholeskyVariant::Dag => {
+            plan.bags.push(PlannedBag { name: dag_bag(job), tasks: vec![blk(0, 0)] });
+            for j in 0..p {
+                for i in j..p {
+                    let d = n_deps(i, j);
+                    if d > 0 {
+                        plan.initial_small.push((counter_key(job, i, j), d.to_le_bytes().to_vec()));
+                    }
+                }
+            }
+        }
+    }
+    Ok(plan)
+}
+
+fn dag_bag(job: uuid::Uuid) -> String {
+    job::bag_name(job, "cholesky/dag")
+}
+
+struct Run<'a> {
+    job: uuid::Uuid,
+    a: &'a MatrixMeta,
+    l: &'a MatrixMeta,
+    /// `Some(timeout)` in single-bag: wait on flags before reading L blocks.
+    wait: Option<Duration>,
+    flops: f64,
+}
+
+impl Run<'_> {
+    fn read_l(&mut self, ctx: &mut dyn TaskCtx, i: u32, k: u32, local: Option<&(u32, u32, Block)>) -> Result<Block, TaskError> {
+        if let Some((li, lk, b)) = local {
+            if (*li, *lk) == (i, k) {
+                return Ok(b.clone());
+            }
+        }
+        if let Some(t) = self.wait {
+            let key = flag_key(self.job, i, k);
+            if !ctx.await_flag(&key, t)? {
+                return Err(TaskError::FlagTimeout { key, waited: t });
+            }
+        }
+        job::read_checked(ctx, self.l, i, k)
+    }
+
+    /// Computes `L(i, j)`; `local` is a block this task already computed.
+    fn compute(&mut self, ctx: &mut dyn TaskCtx, i: u32, j: u32, local: Option<&(u32, u32, Block)>) -> Result<Block, TaskError> {
+        let mut sum = job::read_checked(ctx, self.a, i, j)?;
+        for k in 0..j {
+            let lik = self.read_l(ctx, i, k, local)?;
+            if i == j {
+                kernels::syrk_lower(-1.0, &lik, 1.0, &mut sum);
+                self.flops += (sum.rows * sum.rows * lik.cols) as f64;
+            } else {
+                let ljk = self.read_l(ctx, j, k, local)?;
+                kernels::gemm(-1.0, &lik, false, &ljk, true, 1.0, &mut sum);
+                self.flops += 2.0 * (sum.rows * sum.cols * lik.cols) as f64;
+            }
+        }
+        if i == j {
+            kernels::potrf_lower(&mut sum).map_err(|row| TaskError::NotPositiveDefinite { i, j, row: row - 1 })?;
+            self.flops += (sum.rows as f64).powi(3) / 3.0;
+        } else {
+            let ljj = self.read_l(ctx, j, j, local)?;
+            kernels::trsm_right_lower_trans(&ljj, &mut sum);
+            self.flops += (sum.rows * sum.cols * sum.cols) as f64;
+        }
+        Ok(sum)
+    }
+
+    fn write(&mut self, ctx: &mut dyn TaskCtx, i: u32, j: u32, b: &Block) -> Result<(), TaskError> {
+        ctx.write_block(self.l.block_id(i, j), b)?;
+        if self.wait.is_some() {
+            // Same action as the block: the flag is set exactly when the block is there.
+            ctx.write_small(&flag_key(self.job, i, j), &[1])?;
+        }
+        Ok(())
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
-    _job: uuid::Uuid,
-    _a: &MatrixMeta,
-    _l: &MatrixMeta,
-    _v: CholeskyVariant,
-    _t: u64,
-    _task: &[u8],
-    _tries: u32,
-    _ctx: &mut dyn TaskCtx,
+    job: uuid::Uuid,
+    a: &MatrixMeta,
+    l: &MatrixMeta,
+    v: CholeskyVariant,
+    flag_timeout_ms: u64,
+    task: &[u8],
+    tries: u32,
+    ctx: &mut dyn TaskCtx,
 ) -> Result<TaskOutcome, TaskError> {
-    Err(TaskError::BadTask { reason: "cholesky not implemented yet".into() })
+    let t: CholTask = job::decode_task(task)?;
+    let p = a.block_rows();
+    let wait = (v == CholeskyVariant::SingleBag).then(|| flag_timeout(flag_timeout_ms, tries));
+    let mut run = Run { job, a, l, wait, flops: 0.0 };
+    match t {
+        CholTask::Block { i, j } => {
+            if i >= p || j > i {
+                return Err(TaskError::BadTask { reason: format!("Cholesky block ({i},{j}) outside the lower triangle of {p}x{p} blocks") });
+            }
+            let b = run.compute(ctx, i, j, None)?;
+            run.write(ctx, i, j, &b)?;
+            if v == CholeskyVariant::Dag {
+                release_successors(job, p, i, j, ctx)?;
+            }
+        }
+        CholTask::Merged { j } => {
+            if j == 0 || j >= p || v != CholeskyVariant::MultiStep2 {
+                return Err(TaskError::BadTask { reason: format!("merged Cholesky task {j} (p={p}, {v:?})") });
+            }
+            let off = run.compute(ctx, j, j - 1, None)?;
+            run.write(ctx, j, j - 1, &off)?;
+            let local = (j, j - 1, off);
+            let diag = run.compute(ctx, j, j, Some(&local))?;
+            run.write(ctx, j, j, &diag)?;
+        }
+    }
+    Ok(TaskOutcome { flops: run.flops })
 }
+
+/// Decrements the counters of the tasks that read `L(r, c)` and enqueues
+/// those that reach zero, all in the committing task's action.
+fn release_successors(job: uuid::Uuid, p: u32, r: u32, c: u32, ctx: &mut dyn TaskCtx) -> Result<(), TaskError> {
+    for (i, j) in successors(p, r, c) {
+        let key = counter_key(job, i, j);
+        let raw = ctx.read_small_for_update(&key)?.ok_or_else(|| TaskError::BadSmall { key: key.clone(), reason: "missing".into() })?;
+        let n = <[u8; 4]>::try_from(raw.as_slice())
+            .map(u32::from_le_bytes)
+            .map_err(|_| TaskError::BadSmall { key: key.clone(), reason: format!("{} bytes, want 4", raw.len()) })?;
+        let left = n.checked_sub(1).ok_or_else(|| TaskError::BadSmall { key: key.clone(), reason: "already zero".into() })?;
+        ctx.write_small(&key, &left.to_le_bytes())?;
+        if left == 0 {
+            ctx.enqueue(&dag_bag(job), &enc(CholTask::Block { i, j }))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
