@@ -50,6 +50,7 @@ impl Bsp {
         if let Ok(t) = std::env::var("STORE_TOKEN") {
             cfg.token = t.into_bytes();
         }
+        cfg.apply_env()?;
         let pid: usize = var("BSP_PID")?.parse().map_err(|_| BspError::Config("BSP_PID".into()))?;
         let bind = std::env::var("BSP_BIND").unwrap_or_else(|_| "127.0.0.1:0".into());
         if let Ok(h) = std::env::var("BSP_HOSTS") {
@@ -73,13 +74,14 @@ pub struct Launcher {
     args: Vec<String>,
     token: String,
     envs: Vec<(String, String)>,
+    capture: bool,
 }
 
 impl Launcher {
     /// The token is taken from `STORE_TOKEN`, or made up for this group.
     pub fn new(n: usize, program: impl Into<String>, args: Vec<String>) -> Launcher {
         let token = std::env::var("STORE_TOKEN").unwrap_or_else(|_| format!("{:032x}", rand::random::<u128>()));
-        Launcher { n, program: program.into(), args, token, envs: Vec::new() }
+        Launcher { n, program: program.into(), args, token, envs: Vec::new(), capture: false }
     }
     pub fn token(mut self, t: impl Into<String>) -> Launcher {
         self.token = t.into();
@@ -87,6 +89,12 @@ impl Launcher {
     }
     pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Launcher {
         self.envs.push((k.into(), v.into()));
+        self
+    }
+
+    /// Pipe every process's stdout to the launcher (`Job::children_mut`).
+    pub fn capture_stdout(mut self, yes: bool) -> Launcher {
+        self.capture = yes;
         self
     }
 
@@ -102,6 +110,9 @@ impl Launcher {
                 .env("BSP_RENDEZVOUS", &at)
                 .env("STORE_TOKEN", &self.token)
                 .env_remove("BSP_HOSTS");
+            if self.capture {
+                c.stdout(std::process::Stdio::piped());
+            }
             for (k, v) in &self.envs {
                 c.env(k, v);
             }
@@ -138,6 +149,33 @@ impl Job {
         formed?;
         Ok(st)
     }
+    /// Waits for every process, with each one's stdout (when captured).
+    pub fn wait_output(mut self) -> Result<Vec<(ExitStatus, String)>> {
+        use std::io::Read;
+        let readers: Vec<_> = self
+            .children
+            .iter_mut()
+            .map(|c| {
+                let out = c.stdout.take();
+                std::thread::spawn(move || {
+                    let mut s = String::new();
+                    if let Some(mut o) = out {
+                        let _ = o.read_to_string(&mut s);
+                    }
+                    s
+                })
+            })
+            .collect();
+        let formed = self.wait_formed();
+        let mut res = Vec::new();
+        for (c, r) in self.children.iter_mut().zip(readers) {
+            let st = c.wait()?;
+            res.push((st, r.join().unwrap_or_default()));
+        }
+        formed?;
+        Ok(res)
+    }
+
     /// Kills every process still running (used when one fails).
     pub fn kill_all(&mut self) {
         for c in &mut self.children {

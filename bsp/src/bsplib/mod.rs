@@ -42,6 +42,18 @@ pub enum Schedule {
     Eager,
 }
 
+impl std::str::FromStr for Schedule {
+    type Err = BspError;
+    fn from_str(s: &str) -> Result<Schedule> {
+        match s {
+            "latin" | "latin-square" => Ok(Schedule::LatinSquare),
+            "naive" => Ok(Schedule::Naive),
+            "eager" => Ok(Schedule::Eager),
+            _ => Err(BspError::Config(format!("unknown schedule {s:?} (latin, naive, eager)"))),
+        }
+    }
+}
+
 /// How a group runs. `token` is required: processes of a group refuse
 /// connections that do not present it.
 #[derive(Clone, Debug)]
@@ -75,10 +87,27 @@ impl Config {
         }
     }
 
-    /// Token from `STORE_TOKEN`.
+    /// Token from `STORE_TOKEN`, overrides from `BSP_SCHEDULE`
+    /// (`latin`, `naive`, `eager`), `BSP_BUDGET` (bytes) and
+    /// `BSP_PEER_TIMEOUT_MS`.
     pub fn from_env() -> Result<Config> {
         let t = std::env::var("STORE_TOKEN").map_err(|_| BspError::Config("STORE_TOKEN is not set".into()))?;
-        Ok(Config::new(t))
+        let mut c = Config::new(t);
+        c.apply_env()?;
+        Ok(c)
+    }
+
+    pub fn apply_env(&mut self) -> Result<()> {
+        if let Ok(s) = std::env::var("BSP_SCHEDULE") {
+            self.schedule = s.parse()?;
+        }
+        if let Ok(b) = std::env::var("BSP_BUDGET") {
+            self.budget = b.parse().map_err(|_| BspError::Config(format!("BSP_BUDGET={b}")))?;
+        }
+        if let Ok(b) = std::env::var("BSP_PEER_TIMEOUT_MS") {
+            self.peer_timeout = Duration::from_millis(b.parse().map_err(|_| BspError::Config(format!("BSP_PEER_TIMEOUT_MS={b}")))?);
+        }
+        Ok(())
     }
 }
 
