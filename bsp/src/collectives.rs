@@ -30,6 +30,7 @@ pub fn broadcast_two_phase(bsp: &mut Bsp, root: usize, data: &[u8]) -> Result<Ve
     bsp.sync()?;
     let m = bsp.take_message().expect("scatter piece");
     let total = u64::from_le_bytes(m.tag[..8].try_into().expect("8")) as usize;
+    let chunk = total.div_ceil(p.max(1)).max(1);
     for q in 0..p {
         bsp.send(q, &(bsp.pid() as u64).to_le_bytes(), &m.payload)?;
     }

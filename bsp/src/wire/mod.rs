@@ -123,6 +123,7 @@ impl Wire {
     }
 
     /// The group error, without waiting.
+    #[allow(dead_code)]
     pub(crate) fn check(&self) -> Result<(), BspError> {
         match Self::group_error(&self.shared.st.lock()) {
             Some(e) => Err(e),
