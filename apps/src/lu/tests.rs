@@ -1,0 +1,102 @@
+use super::*;
+use crate::generate::MatrixKind;
+use crate::job::{plan, JobSpec};
+use crate::mem::{run_plan, MemStore, RunError};
+use crate::verify::lu_residual;
+
+fn run(n: u64, b: u32, seed: u64, pivot: bool, kind: MatrixKind) -> (MemStore, JobSpec, MatrixMeta, MatrixMeta) {
+    let a = MatrixMeta::new("A", n, n, b);
+    let lu = MatrixMeta::new("LU", n, n, b);
+    let mut store = MemStore::new();
+    store.generate(&a, kind, seed);
+    let spec = JobSpec::Lu { job: uuid::Uuid::new_v4(), a: a.clone(), lu: lu.clone(), pivot };
+    (store, spec, a, lu)
+}
+
+#[test]
+fn crout_without_pivoting() {
+    for n in [255u64, 256, 257] {
+        let (mut store, spec, a, lu) = run(n, 64, n, false, MatrixKind::DiagDominant);
+        let pl = plan(&spec).unwrap();
+        let p = a.block_rows() as usize;
+        assert_eq!(pl.bags.len(), 3 * p - 1);
+        run_plan(&mut store, &spec, &pl).unwrap();
+        let res = lu_residual(&mut store, &a, &lu, None).unwrap();
+        assert!(res <= 1e-13 * n as f64, "n={n} seed={n}: {res}");
+        // Against an in-core LU without pivoting of the whole matrix.
+        let nn = n as usize;
+        let mut d = Block { rows: nn, cols: nn, data: store.to_dense(&a).unwrap() };
+        kernels::lu_nopiv(&mut d).unwrap();
+        let got = store.to_dense(&lu).unwrap();
+        let diff: f64 = got.iter().zip(&d.data).map(|(x, y)| (x - y).powi(2)).sum::<f64>().sqrt();
+        assert!(diff / d.sum_sq().sqrt() <= 1e-13 * n as f64, "n={n}: {diff}");
+    }
+}
+
+#[test]
+fn partial_pivoting() {
+    for n in [255u64, 256, 257] {
+        let (mut store, spec, a, lu) = run(n, 64, n + 100, true, MatrixKind::Random);
+        let pl = plan(&spec).unwrap();
+        run_plan(&mut store, &spec, &pl).unwrap();
+        let perm = permutation(&mut store, spec.job(), &lu).unwrap();
+        let mut sorted = perm.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..n).collect::<Vec<_>>());
+        assert_ne!(perm, sorted, "random input should need interchanges");
+        let res = lu_residual(&mut store, &a, &lu, Some(&perm)).unwrap();
+        assert!(res <= 1e-13 * n as f64, "n={n} seed={}: {res}", n + 100);
+        // Partial pivoting keeps every multiplier at most 1 in magnitude.
+        let d = store.to_dense(&lu).unwrap();
+        let nn = n as usize;
+        for c in 0..nn {
+            for r in c + 1..nn {
+                assert!(d[r + c * nn].abs() <= 1.0 + 1e-12, "L({r},{c})");
+            }
+        }
+        // Same pivots and factors as in-core LAPACK dgetrf on the whole matrix.
+        let mut full = Block { rows: nn, cols: nn, data: store.to_dense(&a).unwrap() };
+        let (ipiv, res) = kernels::getrf(&mut full);
+        res.unwrap();
+        let mut want: Vec<u64> = (0..n).collect();
+        for (r, &g) in ipiv.iter().enumerate() {
+            want.swap(r, g);
+        }
+        assert_eq!(perm, want, "n={n}");
+        let diff: f64 = d.iter().zip(&full.data).map(|(x, y)| (x - y).powi(2)).sum::<f64>().sqrt();
+        assert!(diff / full.sum_sq().sqrt() <= 1e-12 * n as f64, "n={n}: {diff}");
+    }
+}
+
+#[test]
+fn singular_names_the_block() {
+    for pivot in [false, true] {
+        let (mut store, spec, a, _) = run(200, 64, 5, pivot, MatrixKind::DiagDominant);
+        // Global column 70 = block column 1, column 6 within it: all zero.
+        for i in 0..a.block_rows() {
+            let blk = store.blocks.get_mut(&a.block_id(i, 1)).unwrap();
+            for r in 0..blk.rows {
+                blk.set(r, 6, 0.0);
+            }
+        }
+        let pl = plan(&spec).unwrap();
+        match run_plan(&mut store, &spec, &pl) {
+            Err(RunError::Task { source: TaskError::Singular { i: 1, j: 1, row: 6 }, .. }) => {}
+            other => panic!("pivot={pivot}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn shapes_and_descriptors() {
+    let a = MatrixMeta::new("A", 10, 12, 4);
+    let lu = MatrixMeta::new("LU", 10, 12, 4);
+    let spec = JobSpec::Lu { job: uuid::Uuid::new_v4(), a, lu, pivot: false };
+    assert!(matches!(plan(&spec), Err(PlanError::NotSquare { .. })));
+    let (store, spec, ..) = run(20, 8, 1, false, MatrixKind::DiagDominant);
+    let mut ctx = crate::mem::MemCtx::new(&store, spec.job());
+    for t in [LuTask::Panel { k: 0 }, LuTask::SolveU { k: 1, j: 1 }, LuTask::Mult { i: 0, k: 1 }] {
+        let r = crate::job::run_task(&spec, &job::encode_task(&t), 0, &mut ctx);
+        assert!(matches!(r, Err(TaskError::BadTask { .. })), "{t:?}");
+    }
+}
