@@ -239,6 +239,12 @@ impl Db {
         self.db.write_opt(batch, &synced()).map_err(storage_error)
     }
 
+    /// Flushes memtables to SST and blob files, so a restart replays no WAL.
+    pub(crate) fn flush(&self) -> Result<(), StoreError> {
+        self.db.flush().map_err(storage_error)?;
+        self.db.flush_cf(self.blocks()).map_err(storage_error)
+    }
+
     /// Test hook: flips one payload byte of a block's committed version.
     pub(crate) fn corrupt_block(&self, key: &BlockKey) -> Result<(), StoreError> {
         let version = self.block_version(key)?.ok_or_else(|| StoreError::NotFound { what: format!("{key:?}") })?;

@@ -107,7 +107,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     );
     let records = db.matrix_records().map_err(|source| ServeError::Read { path: config.data.clone(), source })?;
     let matrices = blocks::Matrices::load(records);
-    let node = Arc::new(node::Node::new(db, recovered.boot, recovered.queue, matrices, config.node.clone()));
+    let node = Arc::new(node::Node::new(db.clone(), recovered.boot, recovered.queue, matrices, config.node.clone()));
 
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -132,6 +132,9 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     let task = tokio::spawn(async move {
         let r = server.await;
         reaper.abort();
+        if let Err(e) = db.flush() {
+            tracing::warn!("flush at shutdown failed (the WAL still has everything): {e}");
+        }
         r.map_err(ServeError::from)
     });
     tracing::info!("store node listening on {addr}");

@@ -1,0 +1,146 @@
+//! Real processes for the crash tests: store nodes started from the
+//! `master` binary, and client roles run by re-executing this test binary.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// A store node process (`master serve`), SIGKILLed on drop.
+pub struct StoreProc {
+    pub child: Child,
+    pub addr: String,
+}
+
+impl StoreProc {
+    pub fn start(data: &Path, extra: &[&str]) -> StoreProc {
+        Self::start_on(data, "127.0.0.1:0", extra)
+    }
+
+    pub fn start_on(data: &Path, listen: &str, extra: &[&str]) -> StoreProc {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_master"))
+            .args(["serve", "--data", data.to_str().unwrap(), "--listen", listen])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn master serve");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).expect("read the listening line");
+        let addr = line.trim().strip_prefix("listening ").unwrap_or_else(|| panic!("unexpected: {line:?}")).to_owned();
+        StoreProc { child, addr }
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for StoreProc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A client role: this test binary re-executed to run only `test_name`
+/// with `FT_ROLE` set, talking line by line over stdin/stdout.
+pub struct RoleProc {
+    pub child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl RoleProc {
+    pub fn start(test_name: &str, role: &str, env: &[(&str, &str)]) -> RoleProc {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
+            .env("FT_ROLE", role)
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn role");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        RoleProc { child, stdin, stdout }
+    }
+
+    /// What the role said next with `tell` (the text after `@`; libtest
+    /// prints lines of its own too).
+    pub fn expect_line(&mut self) -> String {
+        loop {
+            let mut line = String::new();
+            if self.stdout.read_line(&mut line).unwrap() == 0 {
+                panic!("role exited before saying anything");
+            }
+            // libtest may have printed "test NAME ... " on the same line.
+            if let Some(at) = line.find('@') {
+                return line[at + 1..].trim().to_owned();
+            }
+        }
+    }
+
+    pub fn say(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    pub fn signal(&self, sig: Signal) {
+        kill(Pid::from_raw(self.child.id() as i32), sig).unwrap();
+    }
+
+    pub fn kill9(&mut self) {
+        self.signal(Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RoleProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// In a role process: print a line the parent reads with `expect_line`.
+pub fn tell(line: &str) {
+    // Straight to fd 1: the test harness may capture `println!`.
+    use std::os::fd::FromRawFd;
+    let mut out = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(1) });
+    out.write_all(format!("@{line}\n").as_bytes()).unwrap();
+}
+
+/// In a role process: wait for a line from the parent.
+pub fn hear() -> String {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    line.trim().to_owned()
+}
+
+pub fn role() -> Option<String> {
+    std::env::var("FT_ROLE").ok()
+}
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+/// Polls `f` until it returns Some or `limit` passes.
+pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
