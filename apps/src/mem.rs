@@ -109,13 +109,13 @@ impl MemStore {
         spec: &JobSpec,
         task: &[u8],
         tries: u32,
-    ) -> Result<(TaskStats, Vec<(String, Vec<u8>)>, f64), TaskError> {
+    ) -> Result<Committed, TaskError> {
         let mut ctx = MemCtx::new(self, spec.job());
         let out = job::run_task(spec, task, tries, &mut ctx)?;
         let stats = ctx.stats;
         let pending = ctx.into_pending();
-        let enq = self.apply(pending);
-        Ok((stats, enq, out.flops))
+        let enqueued = self.apply(pending);
+        Ok(Committed { stats, enqueued, flops: out.flops })
     }
 
     fn apply(&mut self, p: Pending) -> Vec<(String, Vec<u8>)> {
@@ -123,6 +123,17 @@ impl MemStore {
         self.small.extend(p.small);
         p.enqueued
     }
+}
+
+/// What a committed [`MemStore::run_one`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Committed {
+    /// What the task touched.
+    pub stats: TaskStats,
+    /// `(bag, task)` pairs it enqueued, in order.
+    pub enqueued: Vec<(String, Vec<u8>)>,
+    /// Its flops.
+    pub flops: f64,
 }
 
 /// The missing object of a failed [`MemStore`] read.
@@ -279,12 +290,12 @@ pub fn run_plan(store: &mut MemStore, spec: &JobSpec, plan: &Plan) -> Result<Run
     for bag in &plan.bags {
         let mut queue: VecDeque<Vec<u8>> = bag.tasks.iter().cloned().collect();
         while let Some(task) = queue.pop_front() {
-            let (stats, enq, flops) = store.run_one(spec, &task, 0).map_err(|source| RunError::Task {
+            let Committed { stats, enqueued, flops } = store.run_one(spec, &task, 0).map_err(|source| RunError::Task {
                 bag: bag.name.clone(),
                 task: String::from_utf8_lossy(&task).into_owned(),
                 source,
             })?;
-            for (name, t) in enq {
+            for (name, t) in enqueued {
                 if name == bag.name {
                     queue.push_back(t);
                 } else {
