@@ -232,3 +232,34 @@ mod tests {
         assert!(Block::from_bytes(3, 3, &bytes).is_err());
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn blocks_tile_the_matrix(n in 1u64..600, m in 1u64..600, b in 1u32..130) {
+            let meta = MatrixMeta::new("p", n, m, b);
+            let mut rows = 0u64;
+            for i in 0..meta.block_rows() {
+                let (r, c) = meta.block_shape(i, 0);
+                prop_assert!(r >= 1 && r <= b as usize && c >= 1);
+                rows += r as u64;
+            }
+            prop_assert_eq!(rows, n);
+            let cols: u64 = (0..meta.block_cols()).map(|j| meta.block_shape(0, j).1 as u64).sum();
+            prop_assert_eq!(cols, m);
+            prop_assert_eq!(meta.blocks().count() as u64, u64::from(meta.block_rows()) * u64::from(meta.block_cols()));
+        }
+
+        #[test]
+        fn payload_round_trips(rows in 0usize..9, cols in 0usize..9, seed in any::<u64>()) {
+            let data: Vec<f64> = (0..rows * cols).map(|k| f64::from_bits(seed.rotate_left(k as u32) ^ k as u64)).collect();
+            let b = Block { rows, cols, data };
+            let back = Block::from_bytes(rows, cols, &b.to_bytes()).unwrap();
+            prop_assert_eq!(back.to_bytes(), b.to_bytes());
+        }
+    }
+}

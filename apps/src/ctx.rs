@@ -17,6 +17,15 @@ pub trait TaskCtx {
     /// Reads a block under a read lock.
     fn read_block(&mut self, id: BlockId) -> Result<Block, CtxError>;
 
+    /// Reads a block that the task will then overwrite in place (the LU
+    /// steps). Implement it with a *write* lock, so the later
+    /// [`TaskCtx::write_block`] needs no upgrade. The default falls back to
+    /// [`TaskCtx::read_block`]; then the store must let an action upgrade its
+    /// own read lock to overwrite when it is the only holder.
+    fn read_block_for_update(&mut self, id: BlockId) -> Result<Block, CtxError> {
+        self.read_block(id)
+    }
+
     /// Writes a whole block under an overwrite lock (its old value is never fetched).
     fn write_block(&mut self, id: BlockId, block: &Block) -> Result<(), CtxError>;
 

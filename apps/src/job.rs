@@ -448,6 +448,17 @@ pub(crate) fn read_checked(ctx: &mut dyn TaskCtx, m: &MatrixMeta, i: u32, j: u32
     Ok(blk)
 }
 
+/// Like [`read_checked`] for a block the task overwrites in place.
+pub(crate) fn read_for_update(ctx: &mut dyn TaskCtx, m: &MatrixMeta, i: u32, j: u32) -> Result<Block, TaskError> {
+    let id = m.block_id(i, j);
+    let blk = ctx.read_block_for_update(id)?;
+    let expected = m.block_shape(i, j);
+    if (blk.rows, blk.cols) != expected || blk.data.len() != blk.rows * blk.cols {
+        return Err(TaskError::BadBlock { id, expected, got: (blk.rows, blk.cols) });
+    }
+    Ok(blk)
+}
+
 /// Decodes a JSON task descriptor.
 pub(crate) fn decode_task<T: serde::de::DeserializeOwned>(task: &[u8]) -> Result<T, TaskError> {
     serde_json::from_slice(task).map_err(|e| TaskError::BadTask { reason: e.to_string() })

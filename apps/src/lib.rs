@@ -38,3 +38,6 @@ pub mod matmul;
 pub mod mem;
 pub mod raytrace;
 pub mod verify;
+
+#[cfg(test)]
+mod chaos_tests;

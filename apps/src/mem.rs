@@ -308,3 +308,72 @@ pub fn run_plan(store: &mut MemStore, spec: &JobSpec, plan: &Plan) -> Result<Run
     }
     Ok(report)
 }
+
+/// Counts of a [`run_plan_chaos`] run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ChaosReport {
+    /// Committed tasks, in commit order.
+    pub run: RunReport,
+    /// Attempts aborted on purpose (a simulated slave kill).
+    pub killed: u64,
+    /// Attempts that failed with a requeue- or retry-class error
+    /// (e.g. a single-bag flag timeout) and went back to the bag.
+    pub requeued: u64,
+}
+
+/// Like [`run_plan`], but as many slaves would see it: each step takes a
+/// random task among the first `window` of the bag (the ones concurrent
+/// slaves could hold), and kills each attempt with probability `p_kill`
+/// (its action is dropped, the task returns to its place with one more
+/// attempt). Requeue/retry-class errors also return the task. Seeded, so a
+/// failure is reproducible. Gives up (returns the last error) if one task
+/// fails more than `max_tries` times.
+pub fn run_plan_chaos(
+    store: &mut MemStore,
+    spec: &JobSpec,
+    plan: &Plan,
+    seed: u64,
+    window: usize,
+    p_kill: f64,
+    max_tries: u32,
+) -> Result<ChaosReport, RunError> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    for (k, v) in &plan.initial_small {
+        store.small.insert(k.clone(), v.clone());
+    }
+    let mut rep = ChaosReport::default();
+    for bag in &plan.bags {
+        let mut queue: VecDeque<(Vec<u8>, u32)> = bag.tasks.iter().map(|t| (t.clone(), 0)).collect();
+        while !queue.is_empty() {
+            let pick = rng.gen_range(0..window.max(1).min(queue.len()));
+            let (task, tries) = queue.remove(pick).unwrap_or_default();
+            let fail = |source| RunError::Task { bag: bag.name.clone(), task: String::from_utf8_lossy(&task).into_owned(), source };
+            if rng.gen_bool(p_kill.clamp(0.0, 1.0)) {
+                // Killed mid-task: run it to touch the store, then drop the action.
+                let mut ctx = MemCtx::new(store, spec.job());
+                let _ = job::run_task(spec, &task, tries, &mut ctx);
+                rep.killed += 1;
+                queue.insert(pick, (task, tries + 1));
+                continue;
+            }
+            match store.run_one(spec, &task, tries) {
+                Ok(Committed { stats, enqueued, flops }) => {
+                    for (name, t) in enqueued {
+                        if name != bag.name {
+                            return Err(RunError::UnknownBag { bag: name });
+                        }
+                        queue.push_back((t, 0));
+                    }
+                    rep.run.tasks.push(TaskRecord { bag: bag.name.clone(), task, stats, flops });
+                }
+                Err(e) if e.is_retryable() && tries < max_tries => {
+                    rep.requeued += 1;
+                    queue.insert(pick, (task, tries + 1));
+                }
+                Err(e) => return Err(fail(e)),
+            }
+        }
+    }
+    Ok(rep)
+}

@@ -53,6 +53,13 @@ pub fn flag_timeout(base_ms: u64, tries: u32) -> Duration {
     Duration::from_millis(base_ms.saturating_mul(1u64 << tries.min(6)))
 }
 
+/// Blocks strictly above the diagonal of `l`, which no task writes: the
+/// master should create them as zero blocks when it creates the output
+/// (then `l` reads back as the full lower factor with a zero upper triangle).
+pub fn upper_zero_blocks(l: &MatrixMeta) -> impl Iterator<Item = crate::block::BlockId> + '_ {
+    l.blocks().filter(|id| id.i < id.j)
+}
+
 fn check(a: &MatrixMeta, l: &MatrixMeta) -> Result<(), PlanError> {
     job::check_square(a)?;
     job::check_output(l, OutputShape { n_rows: a.n_rows, n_cols: a.n_cols, block: a.block })?;

@@ -150,7 +150,7 @@ pub(crate) fn run(
             if i >= p || k > i {
                 return Err(bad());
             }
-            let mut x = job::read_checked(ctx, src, i, k)?;
+            let mut x = read_src(ctx, src, pivot, i, k)?;
             flops += update(ctx, lu, i, k, k, &mut x)?;
             ctx.write_block(lu.block_id(i, k), &x)?;
         }
@@ -158,7 +158,7 @@ pub(crate) fn run(
             if pivot || k >= p {
                 return Err(bad());
             }
-            let mut x = job::read_checked(ctx, lu, k, k)?;
+            let mut x = job::read_for_update(ctx, lu, k, k)?;
             kernels::lu_nopiv(&mut x).map_err(|row| TaskError::Singular { i: k, j: k, row })?;
             flops += 2.0 * (x.rows as f64).powi(3) / 3.0;
             ctx.write_block(lu.block_id(k, k), &x)?;
@@ -167,7 +167,7 @@ pub(crate) fn run(
             if pivot || i >= p || k >= i {
                 return Err(bad());
             }
-            let mut x = job::read_checked(ctx, lu, i, k)?;
+            let mut x = job::read_for_update(ctx, lu, i, k)?;
             let d = job::read_checked(ctx, lu, k, k)?;
             kernels::trsm_right_upper(&d, &mut x);
             flops += (x.rows * x.cols * x.cols) as f64;
@@ -177,7 +177,7 @@ pub(crate) fn run(
             if j >= p || k >= j {
                 return Err(bad());
             }
-            let mut x = job::read_checked(ctx, src, k, j)?;
+            let mut x = read_src(ctx, src, pivot, k, j)?;
             flops += update(ctx, lu, k, j, k, &mut x)?;
             let d = job::read_checked(ctx, lu, k, k)?;
             kernels::trsm_left_lower_unit(&d, &mut x);
@@ -198,6 +198,16 @@ pub(crate) fn run(
         }
     }
     Ok(TaskOutcome { flops })
+}
+
+/// The starting value of a multiply or solve step: A itself without
+/// pivoting, or the output's row-swapped copy, which the task overwrites.
+fn read_src(ctx: &mut dyn TaskCtx, src: &MatrixMeta, pivot: bool, i: u32, j: u32) -> Result<Block, TaskError> {
+    if pivot {
+        job::read_for_update(ctx, src, i, j)
+    } else {
+        job::read_checked(ctx, src, i, j)
+    }
 }
 
 /// `x -= Σ_{m<upto} LU(i,m)·LU(m,j)`; returns the flops.
@@ -221,7 +231,7 @@ fn panel(job: uuid::Uuid, lu: &MatrixMeta, k: u32, ctx: &mut dyn TaskCtx) -> Res
     let cols = lu.block_shape(k, k).1;
     let mut pan = Block::zeros(rows, cols);
     for t in k..p {
-        let b = job::read_checked(ctx, lu, t, k)?;
+        let b = job::read_for_update(ctx, lu, t, k)?;
         let off = (lu.row_offset(t) - r0) as usize;
         for c in 0..cols {
             pan.data[off + c * rows..off + c * rows + b.rows].copy_from_slice(&b.data[c * b.rows..(c + 1) * b.rows]);
@@ -279,7 +289,7 @@ fn swap(job: uuid::Uuid, lu: &MatrixMeta, k: u32, j: u32, ctx: &mut dyn TaskCtx)
         for row in [s, g] {
             let t = (row / b) as u32;
             if let std::collections::btree_map::Entry::Vacant(e) = blocks.entry(t) {
-                e.insert(job::read_checked(ctx, lu, t, j)?);
+                e.insert(job::read_for_update(ctx, lu, t, j)?);
             }
         }
         let (ts, rs) = ((s / b) as u32, (s % b) as usize);

@@ -92,3 +92,18 @@ fn spec_round_trips_through_json() {
     assert_eq!(serde_json::from_str::<JobSpec>(&s).unwrap(), spec);
     assert_eq!(crate::job::flops(&spec), 120.0);
 }
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn any_shape_matches_dgemm(m in 1u64..90, k in 1u64..90, n in 1u64..90, b in 1u32..40, seed in 0u64..1000) {
+            let (mut store, a, bm, c, _) = run(m, k, n, b, seed);
+            let chk = matmul_vs_dgemm(&mut store, &a, &bm, &c).unwrap();
+            prop_assert!(chk.passed(), "{:?}", chk);
+        }
+    }
+}
