@@ -447,12 +447,14 @@ impl Bsp {
         let mut metas: Vec<Option<InFrame>> = (0..self.n).map(|_| None).collect();
         let mut data: Vec<Vec<InFrame>> = (0..self.n).map(|_| Vec::new()).collect();
         if let Some(w) = &self.wire {
+            let mut metas_out = Vec::with_capacity(order.len());
             for &d in &order {
                 let o = &mut out[d];
                 let frames = o.eager + (!o.combined.is_empty()) as u32 + o.big.len() as u32;
                 let gets = std::mem::take(&mut o.gets);
-                w.send(d, OutFrame::new(Kind::Meta, step, frames, Vec::new(), Payload::Owned(gets)))?;
+                metas_out.push((d, OutFrame::new(Kind::Meta, step, frames, Vec::new(), Payload::Owned(gets))));
             }
+            w.send_all(metas_out)?;
             for &src in order.iter().rev() {
                 loop {
                     let f = w.recv(src)?;

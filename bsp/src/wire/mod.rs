@@ -105,6 +105,36 @@ impl Wire {
         Ok(())
     }
 
+    /// Queues one frame per destination with a single wake-up of the
+    /// progress thread (the count exchange sends p−1 tiny frames at once).
+    pub(crate) fn send_all(&self, frames: Vec<(usize, OutFrame)>) -> Result<(), BspError> {
+        let mut st = self.shared.st.lock();
+        for (to, mut f) in frames {
+            let len = f.total_len();
+            loop {
+                if let Some(e) = Self::group_error(&st) {
+                    return Err(e);
+                }
+                if let Some(Gone::Departed) = st.gone[to] {
+                    return Err(BspError::PeerLost { pid: to, reason: "left the group".into() });
+                }
+                if st.queued_bytes == 0 || st.queued_bytes + len <= self.budget {
+                    break;
+                }
+                progress::poke(&self.wake);
+                self.shared.cv.wait(&mut st);
+            }
+            f.seq = st.next_seq;
+            st.next_seq += 1;
+            st.queued_bytes += len;
+            st.borrowed_outstanding += f.is_borrowed() as usize;
+            st.outq[to].push_back(f);
+        }
+        drop(st);
+        progress::poke(&self.wake);
+        Ok(())
+    }
+
     /// Next frame from `from`, in order. Fails fast on any group error.
     pub(crate) fn recv(&self, from: usize) -> Result<InFrame, BspError> {
         let mut st = self.shared.st.lock();
