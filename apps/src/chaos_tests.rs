@@ -11,6 +11,7 @@ fn check(spec: &JobSpec, input: &MemStore, seed: u64) -> crate::mem::ChaosReport
     let pl = plan(spec).unwrap();
     let mut clean = input.clone();
     let clean_run = run_plan(&mut clean, spec, &pl).unwrap();
+    assert_eq!(clean_run.totals().prefetch_misses, 0, "{}", spec.app_name());
     let mut chaos = input.clone();
     let rep = run_plan_chaos(&mut chaos, spec, &pl, seed, 4, 0.3, 200).unwrap_or_else(|e| panic!("seed={seed}: {e}"));
     assert!(rep.killed > 0, "seed={seed}");

@@ -17,6 +17,16 @@ pub trait TaskCtx {
     /// Reads a block under a read lock.
     fn read_block(&mut self, id: BlockId) -> Result<Block, CtxError>;
 
+    /// A hint: the task will read these blocks next, in this order, with
+    /// [`TaskCtx::read_block`]. The slave may take their read locks and start
+    /// streaming them so that transfer overlaps compute (it decides how many
+    /// to buffer). Only blocks that already exist are listed (never a block
+    /// another task may still be writing). The default ignores the hint.
+    fn prefetch(&mut self, ids: &[BlockId]) -> Result<(), CtxError> {
+        let _ = ids;
+        Ok(())
+    }
+
     /// Reads a block that the task will then overwrite in place (the LU
     /// steps). Implement it with a *write* lock, so the later
     /// [`TaskCtx::write_block`] needs no upgrade. The default falls back to

@@ -36,6 +36,10 @@ pub struct TaskStats {
     pub small_writes: u64,
     /// Enqueues.
     pub enqueues: u64,
+    /// Blocks prefetched ([`TaskCtx::prefetch`]).
+    pub prefetched: u64,
+    /// Reads that broke the order announced by a prefetch hint (must be 0).
+    pub prefetch_misses: u64,
 }
 
 impl std::ops::AddAssign for TaskStats {
@@ -45,6 +49,8 @@ impl std::ops::AddAssign for TaskStats {
         self.small_reads += o.small_reads;
         self.small_writes += o.small_writes;
         self.enqueues += o.enqueues;
+        self.prefetched += o.prefetched;
+        self.prefetch_misses += o.prefetch_misses;
     }
 }
 
@@ -163,6 +169,7 @@ pub struct MemCtx<'a> {
     store: &'a MemStore,
     job: uuid::Uuid,
     pending: Pending,
+    hint: VecDeque<BlockId>,
     /// What the task has touched so far.
     pub stats: TaskStats,
 }
@@ -174,6 +181,7 @@ impl<'a> MemCtx<'a> {
             store,
             job,
             pending: Pending { blocks: HashMap::new(), small: HashMap::new(), enqueued: vec![] },
+            hint: VecDeque::new(),
             stats: TaskStats::default(),
         }
     }
@@ -191,8 +199,20 @@ impl TaskCtx for MemCtx<'_> {
     fn job(&self) -> uuid::Uuid {
         self.job
     }
+    fn prefetch(&mut self, ids: &[BlockId]) -> Result<(), CtxError> {
+        // Keep the hint to check that reads then come in exactly this order,
+        // as a streaming slave would deliver them.
+        self.stats.prefetched += ids.len() as u64;
+        self.hint.extend(ids.iter().copied());
+        Ok(())
+    }
     fn read_block(&mut self, id: BlockId) -> Result<Block, CtxError> {
         self.stats.block_reads += 1;
+        if let Some(want) = self.hint.pop_front() {
+            if want != id {
+                self.stats.prefetch_misses += 1;
+            }
+        }
         self.pending
             .blocks
             .get(&id)

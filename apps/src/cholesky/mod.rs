@@ -175,6 +175,21 @@ impl Run<'_> {
 
     /// Computes `L(i, j)`; `local` is a block this task already computed.
     fn compute(&mut self, ctx: &mut dyn TaskCtx, i: u32, j: u32, local: Option<&(u32, u32, Block)>) -> Result<Block, TaskError> {
+        if self.wait.is_none() {
+            // Without flags every input is already committed: announce them all.
+            let mut ids = vec![self.a.block_id(i, j)];
+            for k in 0..j {
+                for (r, c) in if i == j { vec![(i, k)] } else { vec![(i, k), (j, k)] } {
+                    if !matches!(local, Some(l) if (l.0, l.1) == (r, c)) {
+                        ids.push(self.l.block_id(r, c));
+                    }
+                }
+            }
+            if i != j {
+                ids.push(self.l.block_id(j, j));
+            }
+            ctx.prefetch(&ids)?;
+        }
         let mut sum = job::read_checked(ctx, self.a, i, j)?;
         for k in 0..j {
             let lik = self.read_l(ctx, i, k, local)?;

@@ -75,6 +75,8 @@ pub(crate) fn run(
     let (rows, cols) = c.block_shape(t.i, t.j);
     let mut acc = Block::zeros(rows, cols);
     let mut flops = 0.0;
+    let order: Vec<_> = (0..a.block_cols()).flat_map(|k| [a.block_id(t.i, k), b.block_id(k, t.j)]).collect();
+    ctx.prefetch(&order)?;
     for k in 0..a.block_cols() {
         let ab = job::read_checked(ctx, a, t.i, k)?;
         let bb = job::read_checked(ctx, b, k, t.j)?;

@@ -29,6 +29,7 @@ fn matches_incore_dgemm_across_block_boundaries() {
         // 2p block reads per task, one write: the source's 2p³ reads.
         assert_eq!(tot.block_reads, 2 * p * p * p, "n={n}");
         assert_eq!(tot.block_writes, p * p);
+        assert_eq!((tot.prefetched, tot.prefetch_misses), (tot.block_reads, 0));
     }
 }
 
