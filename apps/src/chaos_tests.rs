@@ -72,6 +72,6 @@ fn lu_under_kills() {
 
 #[test]
 fn raytrace_under_kills() {
-    let params = crate::raytrace::RenderParams { level: 2, width: 40, height: 33, grain: 3 };
+    let params = crate::raytrace::RenderParams { level: 2, width: 40, height: 33, grain: 3, samples: 2 };
     let _ = check(&JobSpec::Raytrace { job: uuid::Uuid::new_v4(), name: "i".into(), params }, &MemStore::new(), 40);
 }

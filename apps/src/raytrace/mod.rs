@@ -33,7 +33,19 @@ pub struct RenderParams {
     pub height: u32,
     /// Scanlines per task (the last grain may be shorter).
     pub grain: u32,
+    /// Anti-aliasing: `samples × samples` rays per pixel on a regular grid
+    /// (deterministic; 1 = one ray through the pixel centre). Cost grows
+    /// with its square, which is how a benchmark makes a render take long.
+    #[serde(default = "one")]
+    pub samples: u32,
 }
+
+fn one() -> u32 {
+    1
+}
+
+/// Largest `samples` accepted.
+pub const MAX_SAMPLES: u32 = 16;
 
 impl RenderParams {
     /// Checks the ranges.
@@ -44,6 +56,9 @@ impl RenderParams {
         }
         if self.grain == 0 {
             return bad("grain must be at least 1 scanline".into());
+        }
+        if self.samples == 0 || self.samples > MAX_SAMPLES {
+            return bad(format!("samples {} outside 1..={MAX_SAMPLES}", self.samples));
         }
         if self.level > MAX_LEVEL {
             return bad(format!("level {} above {MAX_LEVEL}", self.level));
@@ -85,7 +100,7 @@ pub(crate) fn run(job: uuid::Uuid, p: &RenderParams, task: &[u8], ctx: &mut dyn 
         return Err(TaskError::BadTask { reason: format!("scanlines {}..={} of {}", t.first, t.last, p.height) });
     }
     // Building the scene costs O(9^level), far below rendering a grain.
-    let rgb = scene::balls(p.level).render_rows(p.width, p.height, t.first, t.last);
+    let rgb = scene::balls(p.level).render_rows(p.width, p.height, p.samples, t.first, t.last);
     ctx.write_small(&grain_key(job, t.first), &rgb)?;
     Ok(TaskOutcome { flops: 0.0 })
 }
@@ -94,7 +109,7 @@ pub(crate) fn run(job: uuid::Uuid, p: &RenderParams, task: &[u8], ctx: &mut dyn 
 /// image must equal byte for byte). RGB8, row-major, top row first.
 pub fn render(p: &RenderParams) -> Result<Vec<u8>, PlanError> {
     p.check()?;
-    Ok(scene::balls(p.level).render_rows(p.width, p.height, 0, p.height - 1))
+    Ok(scene::balls(p.level).render_rows(p.width, p.height, p.samples, 0, p.height - 1))
 }
 
 /// Gathers the grains of a finished job into one RGB8 image.

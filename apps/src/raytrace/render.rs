@@ -141,19 +141,31 @@ impl Scene {
     }
 
     /// Renders scanlines `first..=last` of a `width × height` image as RGB8.
-    pub(crate) fn render_rows(&self, width: u32, height: u32, first: u32, last: u32) -> Vec<u8> {
+    /// Each pixel averages `samples²` rays on a regular sub-pixel grid,
+    /// summed in a fixed order.
+    pub(crate) fn render_rows(&self, width: u32, height: u32, samples: u32, first: u32, last: u32) -> Vec<u8> {
         let fwd = (self.look_at - self.eye).norm();
         let right = fwd.cross(V3(0.0, 1.0, 0.0)).norm();
         let up = right.cross(fwd);
         let half = (self.fov_deg.to_radians() * 0.5).tan();
         let aspect = f64::from(width) / f64::from(height);
         let mut out = Vec::with_capacity((last - first + 1) as usize * width as usize * 3);
+        let s = samples.max(1);
+        let inv = 1.0 / f64::from(s * s);
         for y in first..=last {
-            let sy = (1.0 - 2.0 * (f64::from(y) + 0.5) / f64::from(height)) * half;
             for x in 0..width {
-                let sx = (2.0 * (f64::from(x) + 0.5) / f64::from(width) - 1.0) * half * aspect;
-                let d = (fwd + right * sx + up * sy).norm();
-                let c = self.shade(self.eye, d, 0);
+                let mut c = V3(0.0, 0.0, 0.0);
+                for j in 0..s {
+                    let fy = f64::from(y) + (f64::from(j) + 0.5) / f64::from(s);
+                    let sy = (1.0 - 2.0 * fy / f64::from(height)) * half;
+                    for i in 0..s {
+                        let fx = f64::from(x) + (f64::from(i) + 0.5) / f64::from(s);
+                        let sx = (2.0 * fx / f64::from(width) - 1.0) * half * aspect;
+                        let d = (fwd + right * sx + up * sy).norm();
+                        c = c + self.shade(self.eye, d, 0);
+                    }
+                }
+                let c = c * inv;
                 for v in [c.0, c.1, c.2] {
                     out.push((v.clamp(0.0, 1.0) * 255.0 + 0.5) as u8);
                 }
