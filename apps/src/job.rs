@@ -176,10 +176,29 @@ pub fn output_shapes(req: &AppRequest<'_>) -> Result<Vec<OutputShape>, PlanError
     }
 }
 
-/// A matrix must be non-empty with a non-zero block size.
+/// Largest block side accepted (a 16384² block is 2 GiB).
+pub const MAX_BLOCK: u32 = 16_384;
+/// Largest number of blocks per side accepted (the matmul bag then holds
+/// 16 M tasks, the Cholesky flags or counters 8 M small objects).
+pub const MAX_GRID: u32 = 4_096;
+
+/// Checks a matrix the master is about to create (or import): non-empty,
+/// block size at most [`MAX_BLOCK`], at most [`MAX_GRID`] blocks per side.
+pub fn check_matrix(m: &MatrixMeta) -> Result<(), PlanError> {
+    check_nonempty(m)
+}
+
+/// A matrix must be non-empty with a sane block size and grid.
 pub(crate) fn check_nonempty(m: &MatrixMeta) -> Result<(), PlanError> {
     if m.block == 0 || m.n_rows == 0 || m.n_cols == 0 {
         return Err(PlanError::Empty { name: m.name.clone(), n_rows: m.n_rows, n_cols: m.n_cols, block: m.block });
+    }
+    if m.block > MAX_BLOCK || m.block_rows() > MAX_GRID || m.block_cols() > MAX_GRID {
+        return Err(PlanError::TooLarge {
+            name: m.name.clone(),
+            block: m.block,
+            grid: (m.block_rows(), m.block_cols()),
+        });
     }
     Ok(())
 }
@@ -253,6 +272,16 @@ pub enum PlanError {
         n_cols: u64,
         /// Block size.
         block: u32,
+    },
+    /// Block too large or too many blocks per side (see [`MAX_BLOCK`], [`MAX_GRID`]).
+    #[error("{name}: block {block} or grid {}x{} blocks too large (max block {MAX_BLOCK}, max grid {MAX_GRID})", .grid.0, .grid.1)]
+    TooLarge {
+        /// Matrix name.
+        name: String,
+        /// Its block size.
+        block: u32,
+        /// Its grid, `(block rows, block cols)`.
+        grid: (u32, u32),
     },
     /// The output object does not have the shape the job produces.
     #[error("output {name} is {got:?} (rows, cols, b) but the job produces {expected:?}")]

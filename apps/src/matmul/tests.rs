@@ -58,6 +58,8 @@ fn incompatible_shapes_are_refused() {
     let c = MatrixMeta::new("C", 10, 6, 8);
     let spec = JobSpec::Matmul { job: uuid::Uuid::new_v4(), a, b, c };
     assert!(matches!(plan(&spec), Err(PlanError::OutputShape { .. })));
+    let huge = MatrixMeta::new("H", 1 << 40, 1 << 40, 1024);
+    assert!(matches!(output_shapes(&AppRequest::Matmul { a: &huge, b: &huge }), Err(PlanError::TooLarge { .. })));
     let z = MatrixMeta::new("Z", 0, 5, 8);
     assert!(matches!(output_shapes(&AppRequest::Matmul { a: &z, b: &z }), Err(PlanError::Empty { .. })));
 }
