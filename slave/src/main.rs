@@ -1,1 +1,54 @@
-fn main() {}
+//! `slave`: one per core. Loops over the bags of the running jobs until
+//! killed (or idle, with `--exit-when-idle`).
+
+use std::time::Duration;
+
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(name = "slave", version, about = "A stateless worker of the fault-tolerant bag of tasks")]
+struct Args {
+    /// Address of the store node.
+    #[arg(long, env = "STORE_ADDR", default_value = store_client::DEFAULT_STORE_ADDR)]
+    store: String,
+    /// Shared cluster token, if the store node requires one.
+    #[arg(long, env = "STORE_TOKEN")]
+    token: Option<String>,
+    /// Name shown by `master slaves` (default: slave-<pid>).
+    #[arg(long)]
+    name: Option<String>,
+    /// Exit when no job is running instead of waiting for the next.
+    #[arg(long)]
+    exit_when_idle: bool,
+    /// Work only on this job id.
+    #[arg(long)]
+    job: Option<uuid::Uuid>,
+    /// Milliseconds one blocking dequeue waits on the node when every task
+    /// of the bag is held by other slaves.
+    #[arg(long, default_value_t = 2000)]
+    dequeue_wait_ms: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    // One slave per core: BLAS must not spawn threads of its own. Set
+    // before any BLAS call (OpenBLAS reads it at first use).
+    if std::env::var_os("OPENBLAS_NUM_THREADS").is_none() {
+        std::env::set_var("OPENBLAS_NUM_THREADS", "1");
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let config = slave::SlaveConfig {
+        store: args.store,
+        token: args.token,
+        name: args.name.unwrap_or_else(|| format!("slave-{}", std::process::id())),
+        exit_when_idle: args.exit_when_idle,
+        job: args.job,
+        dequeue_wait: Duration::from_millis(args.dequeue_wait_ms),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(slave::run(config))?;
+    Ok(())
+}

@@ -1,0 +1,393 @@
+//! Submitting jobs and watching them: `submit`, `wait`, `jobs`, `status`,
+//! `verify`, `slaves`. A job is a computation record plus its bags, written
+//! in one atomic action: a submit either happened whole or not at all.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use apps::job::{output_shapes, plan, AppRequest, CholeskyVariant, JobSpec};
+use slave::record::{self, Failure, JobRecord, TaskDone};
+use store_client::Client;
+use uuid::Uuid;
+
+use crate::source::{meta, with_source};
+use crate::store_args::StoreArgs;
+
+#[derive(clap::Subcommand)]
+pub(crate) enum Submit {
+    /// C = A·B, one task per block of C.
+    Matmul {
+        a: String,
+        b: String,
+        /// Name of the output matrix (created).
+        #[arg(long)]
+        out: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// A = L·Lᵀ (left-looking, lower factor in OUT, upper triangle zero).
+    Cholesky {
+        a: String,
+        #[arg(long)]
+        out: String,
+        /// single-bag | multi-step-1 | multi-step-2 | dag.
+        #[arg(long, default_value = "dag")]
+        variant: String,
+        /// single-bag: first wait on a ready flag (ms), doubled per retry.
+        #[arg(long)]
+        flag_timeout_ms: Option<u64>,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// P·A = L·U (packed as LAPACK does in OUT).
+    Lu {
+        a: String,
+        #[arg(long)]
+        out: String,
+        /// Partial pivoting (otherwise A should be diagonally dominant).
+        #[arg(long)]
+        pivot: bool,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Ray-trace the "balls" sphereflake, one task per grain of scanlines.
+    Raytrace {
+        /// Scene (only "balls").
+        #[arg(long, default_value = "balls")]
+        scene: String,
+        /// Sphereflake recursion level.
+        #[arg(long, default_value_t = 3)]
+        level: u32,
+        #[arg(long, default_value_t = 512)]
+        width: u32,
+        #[arg(long, default_value_t = 512)]
+        height: u32,
+        /// Scanlines per task.
+        #[arg(long, default_value_t = 8)]
+        grain: u32,
+        /// Anti-aliasing: samples×samples rays per pixel.
+        #[arg(long, default_value_t = 1)]
+        samples: u32,
+        /// Name of the image.
+        #[arg(long)]
+        out: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+pub(crate) async fn submit(cmd: Submit) -> anyhow::Result<()> {
+    let client = match &cmd {
+        Submit::Matmul { store, .. } | Submit::Cholesky { store, .. } | Submit::Lu { store, .. } | Submit::Raytrace { store, .. } => {
+            store.connect().await?
+        }
+    };
+    let id = match cmd {
+        Submit::Matmul { a, b, out, .. } => submit_matmul(&client, &a, &b, &out).await?,
+        Submit::Cholesky { a, out, variant, flag_timeout_ms, .. } => {
+            let variant: CholeskyVariant = variant.parse().map_err(|e| anyhow::anyhow!("--variant: {e}"))?;
+            let a = meta(&client.matrix_by_name(&a).await?);
+            let id = Uuid::new_v4();
+            let l = create_output(&client, &out, &AppRequest::Cholesky { a: &a }).await?;
+            let spec = JobSpec::Cholesky {
+                job: id,
+                a,
+                l,
+                variant,
+                flag_timeout_ms: flag_timeout_ms.unwrap_or(apps::cholesky::DEFAULT_FLAG_TIMEOUT_MS),
+            };
+            submit_spec(&client, spec).await?
+        }
+        Submit::Lu { a, out, pivot, .. } => {
+            let a = meta(&client.matrix_by_name(&a).await?);
+            let lu = create_output(&client, &out, &AppRequest::Lu { a: &a }).await?;
+            submit_spec(&client, JobSpec::Lu { job: Uuid::new_v4(), a, lu, pivot }).await?
+        }
+        Submit::Raytrace { scene, level, width, height, grain, samples, out, .. } => {
+            if scene != "balls" {
+                bail!("unknown scene {scene:?} (only \"balls\")");
+            }
+            let params = apps::raytrace::RenderParams { level, width, height, grain, samples };
+            output_shapes(&AppRequest::Raytrace { params: &params })?;
+            submit_spec(&client, JobSpec::Raytrace { job: Uuid::new_v4(), name: out, params }).await?
+        }
+    };
+    println!("{id}");
+    Ok(())
+}
+
+pub(crate) async fn submit_matmul(client: &Client, a: &str, b: &str, out: &str) -> anyhow::Result<Uuid> {
+    let a = meta(&client.matrix_by_name(a).await.with_context(|| format!("matrix {a:?}"))?);
+    let b = meta(&client.matrix_by_name(b).await.with_context(|| format!("matrix {b:?}"))?);
+    let c = create_output(client, out, &AppRequest::Matmul { a: &a, b: &b }).await?;
+    submit_spec(client, JobSpec::Matmul { job: Uuid::new_v4(), a, b, c }).await
+}
+
+/// Checks the inputs fit, then creates the single output matrix.
+async fn create_output(client: &Client, name: &str, req: &AppRequest<'_>) -> anyhow::Result<apps::block::MatrixMeta> {
+    let shapes = output_shapes(req)?;
+    let s = shapes.first().context("this job has no output matrix")?;
+    let m = client.create_matrix(name, s.n_rows, s.n_cols, s.block).await?;
+    Ok(meta(&m))
+}
+
+/// Writes the computation record, the initial small objects and every task
+/// of every bag in one top-level action. If planning fails, the outputs
+/// created for it are removed again.
+pub(crate) async fn submit_spec(client: &Client, spec: JobSpec) -> anyhow::Result<Uuid> {
+    let outputs: Vec<Uuid> = match &spec {
+        JobSpec::Matmul { c, .. } => vec![c.id.0],
+        JobSpec::Cholesky { l, .. } => vec![l.id.0],
+        JobSpec::Lu { lu, .. } => vec![lu.id.0],
+        JobSpec::Raytrace { .. } => vec![],
+    };
+    let result = async {
+        let plan = plan(&spec)?;
+        let record = JobRecord {
+            bags: plan.bags.iter().map(|b| b.name.clone()).collect(),
+            n_tasks: plan.bags.iter().map(|b| b.tasks.len()).collect(),
+            spec: spec.clone(),
+            submitted_ms: record::now_ms(),
+        };
+        let session = client.open_session("master submit").await?;
+        let a = session.begin().await?;
+        for (k, v) in &plan.initial_small {
+            a.write_small(k, v).await?;
+        }
+        for bag in &plan.bags {
+            for t in &bag.tasks {
+                a.enqueue(&bag.name, t).await?;
+            }
+        }
+        a.write_small(&record::job_key(spec.job()), &serde_json::to_vec(&record)?).await?;
+        a.commit().await?;
+        anyhow::Ok(spec.job())
+    }
+    .await;
+    if result.is_err() {
+        for id in outputs {
+            let _ = client.delete_matrix(id).await;
+        }
+    }
+    result
+}
+
+/// Everything the store knows about a job's progress.
+pub(crate) struct JobStatus {
+    pub(crate) record: JobRecord,
+    pub(crate) per_bag: Vec<BagProgress>,
+    pub(crate) failed: Option<Failure>,
+    pub(crate) finished_ms: Option<u64>,
+    pub(crate) done: Vec<TaskDone>,
+}
+
+pub(crate) struct BagProgress {
+    pub(crate) name: String,
+    pub(crate) total: usize,
+    pub(crate) done: usize,
+    pub(crate) running: u64,
+    pub(crate) waiting: u64,
+    pub(crate) dead: u64,
+}
+
+impl JobStatus {
+    pub(crate) fn n_done(&self) -> usize {
+        self.done.len()
+    }
+
+    pub(crate) fn flops_done(&self) -> f64 {
+        self.done.iter().map(|d| d.flops).sum()
+    }
+
+    /// Tasks whose committed run came after an orphaned one.
+    pub(crate) fn n_redone(&self) -> usize {
+        self.done.iter().filter(|d| d.attempts > 0).count()
+    }
+
+    /// Tasks committed more than once (must be zero).
+    pub(crate) fn n_duplicates(&self) -> usize {
+        self.done.iter().filter(|d| d.count != 1).count()
+    }
+
+    pub(crate) fn n_dead(&self) -> u64 {
+        self.per_bag.iter().map(|b| b.dead).sum()
+    }
+
+    pub(crate) fn state(&self) -> &'static str {
+        if self.failed.is_some() || self.n_dead() > 0 {
+            "failed"
+        } else if self.finished_ms.is_some() {
+            "succeeded"
+        } else {
+            "running"
+        }
+    }
+}
+
+pub(crate) async fn job_status(client: &Client, id: Uuid) -> anyhow::Result<JobStatus> {
+    let raw = client.peek_small(&record::job_key(id)).await?.with_context(|| format!("no job {id}"))?;
+    let record: JobRecord = serde_json::from_slice(&raw).context("unreadable job record")?;
+    let mut done_by_bag: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut done = Vec::new();
+    for (k, v) in client.scan_small(&record::done_prefix(id), 0).await? {
+        let bag: usize = k.rsplit('/').nth(1).and_then(|s| s.parse().ok()).unwrap_or(usize::MAX);
+        *done_by_bag.entry(bag).or_default() += 1;
+        done.push(serde_json::from_slice::<TaskDone>(&v).context("unreadable task record")?);
+    }
+    let mut per_bag = Vec::new();
+    for (i, name) in record.bags.iter().enumerate() {
+        let s = client.bag_stats(name).await?;
+        per_bag.push(BagProgress {
+            name: name.clone(),
+            total: record.n_tasks.get(i).copied().unwrap_or(0),
+            done: done_by_bag.get(&i).copied().unwrap_or(0),
+            running: s.taken,
+            waiting: s.free,
+            dead: s.dead,
+        });
+    }
+    let failed = match client.peek_small(&record::failed_key(id)).await? {
+        Some(v) => Some(serde_json::from_slice(&v).context("unreadable failure record")?),
+        None => None,
+    };
+    let finished_ms = client.peek_small(&record::finished_key(id)).await?.map(|v| u64::from_le_bytes(v[..8].try_into().unwrap_or([0; 8])));
+    Ok(JobStatus { record, per_bag, failed, finished_ms, done })
+}
+
+pub(crate) async fn all_jobs(client: &Client) -> anyhow::Result<Vec<JobRecord>> {
+    let mut jobs: Vec<JobRecord> =
+        client.scan_small("job/", 0).await?.into_iter().filter_map(|(_, v)| serde_json::from_slice(&v).ok()).collect();
+    jobs.sort_by_key(|j| j.submitted_ms);
+    Ok(jobs)
+}
+
+/// Resolves "JOB" arguments: a full id, a unique prefix, or "last".
+pub(crate) async fn resolve(client: &Client, job: &str) -> anyhow::Result<Uuid> {
+    let jobs = all_jobs(client).await?;
+    if job == "last" {
+        return jobs.last().map(JobRecord::id).context("no jobs yet");
+    }
+    let hits: Vec<Uuid> = jobs.iter().map(JobRecord::id).filter(|id| id.to_string().starts_with(job)).collect();
+    match hits[..] {
+        [id] => Ok(id),
+        [] => bail!("no job matches {job:?}"),
+        _ => bail!("{job:?} matches {} jobs; give more of the id", hits.len()),
+    }
+}
+
+fn failure_line(s: &JobStatus) -> String {
+    match &s.failed {
+        Some(f) => format!("failed: {} (task {} of bag {}, slave {})", f.reason, f.task, f.bag, f.slave),
+        None => format!("failed: {} task(s) dead-lettered after repeated slave deaths", s.n_dead()),
+    }
+}
+
+/// Waits for the job to end; Ok(true) when it succeeded.
+pub(crate) async fn wait(client: &Client, id: Uuid, bar: Option<&indicatif::ProgressBar>) -> anyhow::Result<bool> {
+    loop {
+        let s = job_status(client, id).await?;
+        if let Some(bar) = bar {
+            bar.set_length(s.record.total_tasks() as u64);
+            bar.set_position(s.n_done() as u64);
+        }
+        match s.state() {
+            "succeeded" => return Ok(true),
+            "failed" => {
+                eprintln!("job {id} {}", failure_line(&s));
+                return Ok(false);
+            }
+            _ => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
+
+pub(crate) fn print_status(s: &JobStatus, slaves: usize) {
+    let total = s.record.total_tasks();
+    let elapsed_s = (s.finished_ms.unwrap_or_else(record::now_ms).saturating_sub(s.record.submitted_ms)) as f64 / 1e3;
+    let gflops = s.flops_done() / elapsed_s.max(1e-9) / 1e9;
+    let left = if s.n_done() > 0 && s.state() == "running" {
+        format!("{:.0} s", elapsed_s * (total - s.n_done()) as f64 / s.n_done() as f64)
+    } else {
+        "-".into()
+    };
+    println!(
+        "job {}  {}  {}  {}/{} tasks  {:.1} s  {:.2} GFLOP/s  ~{} left  {} slave(s) alive",
+        s.record.id(),
+        s.record.spec.app_name(),
+        s.state(),
+        s.n_done(),
+        total,
+        elapsed_s,
+        gflops,
+        left,
+        slaves
+    );
+    println!("  {:<60} {:>6} {:>6} {:>8} {:>8} {:>5}", "bag", "total", "done", "running", "waiting", "dead");
+    for b in &s.per_bag {
+        println!("  {:<60} {:>6} {:>6} {:>8} {:>8} {:>5}", b.name, b.total, b.done, b.running, b.waiting, b.dead);
+    }
+    if s.state() == "failed" {
+        println!("  {}", failure_line(s));
+    }
+}
+
+/// `master verify JOB`: checks the result against an independent
+/// computation; Ok(true) when it passes.
+pub(crate) async fn verify(client: &Client, id: Uuid) -> anyhow::Result<bool> {
+    let s = job_status(client, id).await?;
+    if s.state() != "succeeded" {
+        bail!("job {id} is {}; nothing to verify yet", s.state());
+    }
+    let spec = s.record.spec.clone();
+    let report = with_source(client, move |src| -> anyhow::Result<(bool, String)> {
+        Ok(match &spec {
+            JobSpec::Matmul { a, b, c, .. } => {
+                if a.n_rows * a.n_cols + b.n_rows * b.n_cols + c.n_rows * c.n_cols <= 3 * 2048 * 2048 {
+                    let r = apps::verify::matmul_vs_dgemm(src, a, b, c)?;
+                    (r.passed(), format!("in-core dgemm: ‖C − A·B‖_F/(‖A‖_F‖B‖_F) = {:.3e} (tolerance {:.1e})", r.rel_residual, r.tolerance))
+                } else {
+                    let r = apps::verify::freivalds(src, a, b, c, 0x5eed, 20)?;
+                    (
+                        r.passed(),
+                        format!(
+                            "Freivalds, {} rounds: max ‖A(Bx) − Cx‖/(‖A‖‖B‖‖x‖) = {:.3e} (tolerance {:.1e}); a wrong C passes with probability ≤ {:.1e}",
+                            r.rounds, r.rel_residual, r.tolerance, r.miss_probability
+                        ),
+                    )
+                }
+            }
+            JobSpec::Cholesky { a, l, .. } => {
+                let r = apps::verify::cholesky_residual(src, a, l)?;
+                let tol = 1e-13 * a.n_rows as f64;
+                (r <= tol, format!("‖A − L·Lᵀ‖_F/‖A‖_F = {r:.3e} (tolerance 1e-13·n = {tol:.1e})"))
+            }
+            JobSpec::Lu { job, a, lu, pivot } => {
+                let perm = if *pivot { Some(apps::lu::permutation(src, *job, lu)?) } else { None };
+                let r = apps::verify::lu_residual(src, a, lu, perm.as_deref())?;
+                let tol = 1e-13 * a.n_rows as f64;
+                (r <= tol, format!("‖PA − L·U‖_F/‖A‖_F = {r:.3e} (tolerance 1e-13·n = {tol:.1e})"))
+            }
+            JobSpec::Raytrace { job, params, .. } => {
+                let got = apps::raytrace::assemble(src, *job, params)?;
+                let want = apps::raytrace::render(params)?;
+                (got == want, format!("image {} bytes, byte-identical to a single-process render: {}", got.len(), got == want))
+            }
+        })
+    })
+    .await??;
+    println!("{}", report.1);
+    Ok(report.0)
+}
+
+#[derive(clap::Args)]
+pub(crate) struct JobArg {
+    /// Job id (a unique prefix, or "last").
+    pub(crate) job: String,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+pub(crate) async fn slaves(client: &Client) -> anyhow::Result<usize> {
+    Ok(client.list_sessions().await?.iter().filter(|s| s.client_name.starts_with("slave")).count())
+}

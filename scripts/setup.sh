@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what the build needs on a fresh Debian machine, once: Debian's
+# RocksDB (linked instead of compiled: 22 s instead of 23 min), OpenBLAS
+# (BLAS + LAPACK), protoc, libclang for bindgen. Skips what is there.
+set -euo pipefail
+need=()
+for pkg in librocksdb-dev libopenblas-dev protobuf-compiler libclang-dev pkg-config build-essential; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if ((${#need[@]})); then
+  echo "setup: installing ${need[*]}" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null; then
+  echo "setup: cargo is missing; install Rust (https://rustup.rs) and rerun" >&2
+  exit 1
+fi

@@ -1,0 +1,15 @@
+//! The stateless slave (DESIGN §6) and the job records it shares with the
+//! master.
+//!
+//! A slave loops: begin a top-level action, dequeue a task from the current
+//! bag of the oldest running job, run it with [`apps::job::run_task`]
+//! against the store (read locks on inputs, overwrite locks on outputs),
+//! record it done, commit. `Empty` moves on to the next bag; `NoneAvailable`
+//! waits in a blocking dequeue. Killed at any instruction, it loses nothing:
+//! its action aborts and the task goes back to the bag, first in line.
+
+mod ctx;
+pub mod record;
+mod worker;
+
+pub use worker::{run, SlaveConfig};

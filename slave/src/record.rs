@@ -1,0 +1,80 @@
+//! The computation record of a job and the small objects that track it.
+//! The master writes them at submit; slaves read them to know what to do
+//! (a slave joining mid-run needs nothing else, `003…` §2.4.2).
+//!
+//! ```text
+//! job/<id>                 JobRecord (JSON), written once at submit
+//! jobstate/<id>/failed     Failure (JSON): the first job-fatal task error
+//! jobstate/<id>/finished   u64 LE: unix ms when a slave found every bag empty
+//! done/<id>/<seq in bag>@<bag index>   TaskDone (JSON), one per committed task
+//! ```
+
+use apps::job::JobSpec;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// What a job is and the bags it runs, in order.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub spec: JobSpec,
+    pub bags: Vec<String>,
+    pub n_tasks: Vec<usize>,
+    pub submitted_ms: u64,
+}
+
+impl JobRecord {
+    pub fn id(&self) -> Uuid {
+        self.spec.job()
+    }
+
+    pub fn total_tasks(&self) -> usize {
+        self.n_tasks.iter().sum()
+    }
+}
+
+/// Why a job failed.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Failure {
+    pub reason: String,
+    pub bag: String,
+    pub task: String,
+    pub slave: String,
+    pub at_ms: u64,
+}
+
+/// One committed task, written in the task's own action: a task committed
+/// twice would show `count: 2`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TaskDone {
+    pub count: u32,
+    pub flops: f64,
+    pub slave: String,
+    /// Orphanings before this run (0: first try).
+    pub attempts: u32,
+    pub finished_ms: u64,
+    pub compute_ms: u64,
+}
+
+pub fn job_key(id: Uuid) -> String {
+    format!("job/{id}")
+}
+
+pub fn failed_key(id: Uuid) -> String {
+    format!("jobstate/{id}/failed")
+}
+
+pub fn finished_key(id: Uuid) -> String {
+    format!("jobstate/{id}/finished")
+}
+
+pub fn done_prefix(id: Uuid) -> String {
+    format!("done/{id}/")
+}
+
+pub fn done_key(id: Uuid, bag_index: usize, seq: u64) -> String {
+    format!("done/{id}/{bag_index:04}/{seq:012}")
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
