@@ -180,7 +180,9 @@ pub fn freivalds<S: BlockSource>(
         let diff: f64 = z.iter().zip(&w).map(|(p, q)| (p - q) * (p - q)).sum::<f64>().sqrt();
         let xn = (x.len() as f64).sqrt();
         let denom = na * nb * xn;
-        worst = worst.max(if denom > 0.0 { diff / denom } else { diff });
+        let r = if denom > 0.0 { diff / denom } else { diff };
+        // f64::max drops NaN: a NaN anywhere in C must fail the check.
+        worst = if r.is_nan() { f64::INFINITY } else { worst.max(r) };
     }
     Ok(FreivaldsCheck {
         rel_residual: worst,
@@ -209,7 +211,14 @@ fn matvec<S: BlockSource>(src: &mut S, m: &MatrixMeta, x: &[f64]) -> Result<(Vec
     Ok((y, ss))
 }
 
-/// Cholesky residual `‖A − L·Lᵀ‖_F / ‖A‖_F`, block by block (three blocks in
+/// The pass mark for the factorisation residuals, `1e-13 · n` (the
+/// acceptance criterion of the Cholesky/LU issue). Compare with
+/// `res <= residual_bound(n)`: a NaN residual then fails.
+pub fn residual_bound(n: u64) -> f64 {
+    1e-13 * n as f64
+}
+
+/// Cholesky residual `‖A − L·Lᵀ‖_F / ‖A‖_F` (NaN if L holds NaN), block by block (three blocks in
 /// memory; reads O(p³) blocks). `A` is taken as symmetric: only its lower
 /// blocks are read, and off-diagonal blocks count twice.
 pub fn cholesky_residual<S: BlockSource>(src: &mut S, a: &MatrixMeta, l: &MatrixMeta) -> Result<f64, VerifyError<S::Error>> {

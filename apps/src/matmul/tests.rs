@@ -45,6 +45,9 @@ fn rectangular_and_freivalds() {
     store.blocks.get_mut(&id).unwrap().data[5] += 1e-6;
     assert!(!freivalds(&mut store, &a, &b, &c, 2, 3).unwrap().passed());
     assert!(!matmul_vs_dgemm(&mut store, &a, &b, &c).unwrap().passed());
+    store.blocks.get_mut(&id).unwrap().data[5] = f64::NAN;
+    assert!(!freivalds(&mut store, &a, &b, &c, 2, 3).unwrap().passed());
+    assert!(!matmul_vs_dgemm(&mut store, &a, &b, &c).unwrap().passed());
 }
 
 #[test]
