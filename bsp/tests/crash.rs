@@ -56,9 +56,12 @@ fn sigkill_mid_superstep_gives_every_survivor_peer_lost() {
     for pid in (0..p).filter(|&i| i != victim) {
         let (line, after) = errors[pid].clone().unwrap_or_else(|| panic!("survivor {pid} got no error within {bound:?}"));
         assert!(line.contains("retryable=true") && line.contains("PeerLost"), "survivor {pid}: {line}");
-        assert!(line.contains(&format!("pid: {victim}")), "survivor {pid} blamed the wrong peer: {line}");
+        // A survivor that has already failed and exited is itself a lost
+        // peer for the others, so blaming it is right too; the victim must
+        // be blamed by at least one (checked below).
         assert!(after < bound, "survivor {pid} took {after:?}");
     }
+    assert!(errors.iter().flatten().any(|(l, _)| l.contains(&format!("pid: {victim}"))), "nobody blamed the victim: {errors:?}");
     let statuses = job.wait().unwrap();
     for pid in (0..p).filter(|&i| i != victim) {
         assert_eq!(statuses[pid].code(), Some(3), "survivor {pid} exit");

@@ -424,7 +424,14 @@ impl Bsp {
         if let Some(f) = &self.failed {
             return Err(BspError::Setup(format!("group already failed: {f}")));
         }
-        match self.sync_inner() {
+        if let Some(w) = &self.wire {
+            w.drive_begin();
+        }
+        let r = self.sync_inner();
+        if let Some(w) = &self.wire {
+            w.drive_end();
+        }
+        match r {
             Ok(()) => Ok(()),
             Err(e) if matches!(e, BspError::OutOfBounds { .. } | BspError::NotRegistered { .. }) => Err(e),
             Err(e) => {

@@ -19,7 +19,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use std::cell::Cell;
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::error::BspError;
 use frame::{InFrame, Kind, OutFrame, Payload};
@@ -32,6 +34,9 @@ pub(crate) struct Wire {
     wake: UnixStream,
     budget: usize,
     thread: Option<JoinHandle<()>>,
+    engine: Arc<Mutex<Progress>>,
+    /// Between `drive_begin` and `drive_end`: this thread runs the rounds.
+    driving: Cell<bool>,
 }
 
 impl Wire {
@@ -49,14 +54,49 @@ impl Wire {
                 stopping: false,
                 stop_now: false,
                 exited: false,
+                user_driving: false,
+                drive_ended: None,
+                first_lost: None,
             }),
             cv: Condvar::new(),
         });
         let (a, b) = UnixStream::pair()?;
         a.set_nonblocking(true)?;
-        let prog = Progress::new(me, socks, b, shared.clone(), timing)?;
-        let thread = std::thread::Builder::new().name(format!("bsp-progress-{me}")).spawn(move || prog.run())?;
-        Ok(Wire { me, n, shared, wake: a, budget, thread: Some(thread) })
+        let engine = Arc::new(Mutex::new(Progress::new(me, socks, b, shared.clone(), timing)?));
+        let (e2, s2) = (engine.clone(), shared.clone());
+        let thread = std::thread::Builder::new().name(format!("bsp-progress-{me}")).spawn(move || progress::run_thread(e2, s2))?;
+        Ok(Wire { me, n, shared, wake: a, budget, thread: Some(thread), engine, driving: Cell::new(false) })
+    }
+
+    /// From here until `drive_end` the calling thread, which is about to
+    /// block in `sync` anyway, does the socket work itself instead of
+    /// handing every frame to the progress thread and back: on a small
+    /// machine those two thread switches per message are most of the
+    /// latency of a barrier. The progress thread parks meanwhile; it takes
+    /// over again when the caller goes back to computing.
+    pub(crate) fn drive_begin(&self) {
+        self.shared.st.lock().user_driving = true;
+        progress::poke(&self.wake);
+        self.driving.set(true);
+    }
+
+    pub(crate) fn drive_end(&self) {
+        self.driving.set(false);
+        let mut st = self.shared.st.lock();
+        st.user_driving = false;
+        st.drive_ended = Some(Instant::now());
+    }
+
+    /// Waits for the progress thread's next publication, or, while driving,
+    /// runs one round (which blocks in `poll` until something happens).
+    fn wait(&self, st: &mut MutexGuard<'_, State>) {
+        if self.driving.get() {
+            MutexGuard::unlocked(st, || {
+                let _ = self.engine.lock().round();
+            });
+        } else {
+            self.shared.cv.wait(st);
+        }
     }
 
     /// The group-level error, if any: abort first, then any lost peer.
@@ -64,10 +104,8 @@ impl Wire {
         if let Some((pid, message)) = &st.abort {
             return Some(BspError::Aborted { pid: *pid, message: message.clone() });
         }
-        for (pid, g) in st.gone.iter().enumerate() {
-            if let Some(Gone::Lost(reason)) = g {
-                return Some(BspError::PeerLost { pid, reason: reason.clone() });
-            }
+        if let Some((pid, reason)) = &st.first_lost {
+            return Some(BspError::PeerLost { pid: *pid, reason: reason.clone() });
         }
         if st.exited {
             return Some(BspError::Closed);
@@ -93,7 +131,7 @@ impl Wire {
             if st.queued_bytes == 0 || st.queued_bytes + len <= self.budget {
                 break;
             }
-            self.shared.cv.wait(&mut st);
+            self.wait(&mut st);
         }
         f.seq = st.next_seq;
         st.next_seq += 1;
@@ -122,7 +160,7 @@ impl Wire {
                     break;
                 }
                 progress::poke(&self.wake);
-                self.shared.cv.wait(&mut st);
+                self.wait(&mut st);
             }
             f.seq = st.next_seq;
             st.next_seq += 1;
@@ -148,7 +186,7 @@ impl Wire {
             if let Some(Gone::Departed) = st.gone[from] {
                 return Err(BspError::PeerLost { pid: from, reason: "left the group".into() });
             }
-            self.shared.cv.wait(&mut st);
+            self.wait(&mut st);
         }
     }
 
@@ -166,7 +204,7 @@ impl Wire {
     pub(crate) fn wait_borrowed(&self) {
         let mut st = self.shared.st.lock();
         while st.borrowed_outstanding > 0 && !st.exited {
-            self.shared.cv.wait(&mut st);
+            self.wait(&mut st);
         }
     }
 
@@ -205,6 +243,7 @@ impl Wire {
             let mut st = self.shared.st.lock();
             st.stopping = true;
         }
+        self.shared.cv.notify_all();
         progress::poke(&self.wake);
         let mut st = self.shared.st.lock();
         while !st.exited {
@@ -223,6 +262,7 @@ impl Wire {
     /// Immediate teardown after a failure: queues dropped, thread joined.
     pub(crate) fn kill(&mut self) {
         self.shared.st.lock().stop_now = true;
+        self.shared.cv.notify_all();
         progress::poke(&self.wake);
         if let Some(t) = self.thread.take() {
             let _ = t.join();

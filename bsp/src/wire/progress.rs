@@ -29,6 +29,8 @@ use super::frame::{Header, InFrame, Kind, OutFrame, HEADER_LEN};
 
 const STAGE: usize = 256 * 1024;
 const MAX_IOV: usize = 64;
+/// How long the progress thread stays parked after the user thread leaves `sync`.
+const LINGER: Duration = Duration::from_millis(1);
 
 /// Why a peer is gone.
 #[derive(Clone, Debug)]
@@ -52,6 +54,11 @@ pub(crate) struct State {
     /// Exit now, dropping queues.
     pub(crate) stop_now: bool,
     pub(crate) exited: bool,
+    /// The user thread is running rounds itself; the thread stays parked.
+    pub(crate) user_driving: bool,
+    pub(crate) drive_ended: Option<Instant>,
+    /// The first peer lost: the one to blame (later losses may be cascades).
+    pub(crate) first_lost: Option<(usize, String)>,
 }
 
 pub(crate) struct Shared {
@@ -202,15 +209,18 @@ impl Progress {
         Ok(Progress { me, peers, wake, shared, timing, half_closed: false })
     }
 
-    pub(crate) fn run(mut self) {
-        let _guard = ExitGuard(self.shared.clone());
-        loop {
+    /// One round of progress: take queued frames, write optimistically,
+    /// poll, read, write, heartbeats, publish. Returns true when the engine
+    /// should stop. Called by the progress thread, or by the user thread
+    /// itself while it is blocked inside `sync` (see `Wire::drive_begin`).
+    pub(crate) fn round(&mut self) -> bool {
+        {
             let mut round = Round::default();
             // Take new frames; decide whether to stop.
             {
                 let mut st = self.shared.st.lock();
                 if st.stop_now {
-                    return;
+                    return true;
                 }
                 for (p, peer) in self.peers.iter_mut().enumerate() {
                     let q = &mut st.outq[p];
@@ -238,7 +248,7 @@ impl Progress {
                         }
                     }
                     if self.peers.iter().all(|p| p.sock.is_none()) {
-                        return;
+                        return true;
                     }
                 }
                 if round.written_bytes > 0 {
@@ -248,6 +258,10 @@ impl Progress {
                 }
                 round = Round::default();
             }
+
+            // Optimistic writes: a socket with room takes them without a poll first.
+            let all = vec![true; self.peers.len()];
+            self.write_pass(all, &mut round);
 
             // Poll.
             let mut fds = vec![libc::pollfd { fd: self.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
@@ -269,9 +283,10 @@ impl Progress {
                 let e = io::Error::last_os_error();
                 if e.kind() != io::ErrorKind::Interrupted {
                     tracing::error!(error = %e, "poll failed");
-                    return;
+                    return true;
                 }
-                continue;
+                self.publish(round);
+                return false;
             }
             if fds[0].revents != 0 {
                 let mut buf = [0u8; 256];
@@ -290,19 +305,7 @@ impl Progress {
                 }
             }
 
-            // Writes, lowest global sequence number first.
-            loop {
-                let next = (0..self.peers.len())
-                    .filter(|&p| writable[p] && self.peers[p].sock.is_some())
-                    .filter_map(|p| self.peers[p].queue.front().map(|f| (f.seq, p)))
-                    .min();
-                let Some((_, p)) = next else { break };
-                match self.write_peer(p, &mut round) {
-                    Ok(true) => {}
-                    Ok(false) => writable[p] = false,
-                    Err(e) => self.lose(p, Gone::Lost(format!("write failed: {e}")), &mut round),
-                }
-            }
+            self.write_pass(writable, &mut round);
 
             // Heartbeats and silence.
             let now = Instant::now();
@@ -325,6 +328,23 @@ impl Progress {
             }
 
             self.publish(round);
+            false
+        }
+    }
+
+    /// Writes, lowest global sequence number first, until nothing writable is left.
+    fn write_pass(&mut self, mut writable: Vec<bool>, round: &mut Round) {
+        loop {
+            let next = (0..self.peers.len())
+                .filter(|&p| writable[p] && self.peers[p].sock.is_some())
+                .filter_map(|p| self.peers[p].queue.front().map(|f| (f.seq, p)))
+                .min();
+            let Some((_, p)) = next else { break };
+            match self.write_peer(p, round) {
+                Ok(true) => {}
+                Ok(false) => writable[p] = false,
+                Err(e) => self.lose(p, Gone::Lost(format!("write failed: {e}")), round),
+            }
         }
     }
 
@@ -437,11 +457,47 @@ impl Progress {
         st.queued_bytes -= round.written_bytes;
         st.borrowed_outstanding -= round.borrowed_done;
         for (p, g) in round.gone {
+            if let (Gone::Lost(r), None) = (&g, &st.first_lost) {
+                st.first_lost = Some((p, r.clone()));
+            }
             if st.gone[p].is_none() {
                 st.gone[p] = Some(g);
             }
         }
         self.shared.cv.notify_all();
+    }
+}
+
+/// The progress thread: rounds, except while the user thread drives.
+pub(crate) fn run_thread(engine: Arc<Mutex<Progress>>, shared: Arc<Shared>) {
+    let _guard = ExitGuard(shared.clone());
+    loop {
+        {
+            // Stay parked while the user thread drives, and for a moment
+            // after: in a loop of back-to-back supersteps taking the engine
+            // back between two syncs would cost two thread switches each
+            // time. A caller that goes off to compute gets its progress
+            // thread back within `LINGER`.
+            let mut st = shared.st.lock();
+            loop {
+                if st.stop_now || st.stopping {
+                    break;
+                }
+                if st.user_driving {
+                    shared.cv.wait_for(&mut st, LINGER);
+                    continue;
+                }
+                let since = st.drive_ended.map_or(LINGER, |t| t.elapsed());
+                if since < LINGER {
+                    shared.cv.wait_for(&mut st, LINGER - since);
+                    continue;
+                }
+                break;
+            }
+        }
+        if engine.lock().round() {
+            return;
+        }
     }
 }
 
