@@ -192,6 +192,23 @@ impl Block {
         out
     }
 
+    /// The same payload as [`Block::to_bytes`], without a copy on
+    /// little-endian machines (for writing multi-MiB blocks to the wire).
+    pub fn as_le_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        #[cfg(target_endian = "little")]
+        {
+            // SAFETY: u8 has alignment 1 and every byte of an f64 is
+            // initialised; the slice covers exactly the Vec's elements and
+            // borrows it, so it cannot outlive or alias a mutation.
+            let bytes = unsafe { std::slice::from_raw_parts(self.data.as_ptr().cast::<u8>(), self.data.len() * 8) };
+            std::borrow::Cow::Borrowed(bytes)
+        }
+        #[cfg(not(target_endian = "little"))]
+        {
+            std::borrow::Cow::Owned(self.to_bytes())
+        }
+    }
+
     /// Decodes a payload written by [`Block::to_bytes`]; the shape comes from
     /// the matrix's [`MatrixMeta::block_shape`].
     pub fn from_bytes(rows: usize, cols: usize, bytes: &[u8]) -> Result<Block, BlockBytesError> {
@@ -228,6 +245,7 @@ mod tests {
         let b = Block { rows: 2, cols: 3, data: vec![1.0, -2.5, 3.0, 0.0, f64::MIN_POSITIVE, 7.0] };
         let bytes = b.to_bytes();
         assert_eq!(bytes.len(), 48);
+        assert_eq!(&*b.as_le_bytes(), bytes.as_slice());
         assert_eq!(Block::from_bytes(2, 3, &bytes).unwrap(), b);
         assert!(Block::from_bytes(3, 3, &bytes).is_err());
     }

@@ -332,6 +332,16 @@ pub struct Plan {
     pub initial_small: Vec<(String, Vec<u8>)>,
 }
 
+/// Checks that the spec's matrices fit together (what [`plan`] checks first).
+pub fn check_spec(spec: &JobSpec) -> Result<(), PlanError> {
+    match spec {
+        JobSpec::Matmul { a, b, c, .. } => crate::matmul::check(a, b, c),
+        JobSpec::Cholesky { a, l, .. } => crate::cholesky::check(a, l),
+        JobSpec::Lu { a, lu, .. } => crate::lu::check(a, lu),
+        JobSpec::Raytrace { params, .. } => params.check(),
+    }
+}
+
 /// Cuts a job into bags. Checks every shape first.
 pub fn plan(spec: &JobSpec) -> Result<Plan, PlanError> {
     match spec {
@@ -353,6 +363,9 @@ pub struct TaskOutcome {
 /// times this task has been attempted before (0 on the first run); it makes
 /// single-bag Cholesky wait longer on flags each time.
 pub fn run_task(spec: &JobSpec, task: &[u8], tries: u32, ctx: &mut dyn TaskCtx) -> Result<TaskOutcome, TaskError> {
+    // Re-check the shapes (metadata only, cheap): a corrupt or hand-made spec
+    // must give a typed error, never hand BLAS mismatched blocks.
+    check_spec(spec).map_err(|e| TaskError::BadTask { reason: format!("job spec: {e}") })?;
     match spec {
         JobSpec::Matmul { a, b, c, .. } => crate::matmul::run(a, b, c, task, ctx),
         JobSpec::Cholesky { job, a, l, variant, flag_timeout_ms } => {

@@ -60,7 +60,7 @@ pub fn upper_zero_blocks(l: &MatrixMeta) -> impl Iterator<Item = crate::block::B
     l.blocks().filter(|id| id.i < id.j)
 }
 
-fn check(a: &MatrixMeta, l: &MatrixMeta) -> Result<(), PlanError> {
+pub(crate) fn check(a: &MatrixMeta, l: &MatrixMeta) -> Result<(), PlanError> {
     job::check_square(a)?;
     job::check_output(l, OutputShape { n_rows: a.n_rows, n_cols: a.n_cols, block: a.block })?;
     if l.id == a.id {

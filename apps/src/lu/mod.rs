@@ -84,7 +84,7 @@ pub fn pivots_key(job: uuid::Uuid, k: u32) -> String {
     format!("{job}/lu/piv/{k}")
 }
 
-fn check(a: &MatrixMeta, lu: &MatrixMeta) -> Result<(), PlanError> {
+pub(crate) fn check(a: &MatrixMeta, lu: &MatrixMeta) -> Result<(), PlanError> {
     job::check_square(a)?;
     job::check_output(lu, OutputShape { n_rows: a.n_rows, n_cols: a.n_cols, block: a.block })?;
     if lu.id == a.id {

@@ -95,7 +95,6 @@ pub(crate) fn plan(job: uuid::Uuid, p: &RenderParams) -> Result<Plan, PlanError>
 
 pub(crate) fn run(job: uuid::Uuid, p: &RenderParams, task: &[u8], ctx: &mut dyn TaskCtx) -> Result<TaskOutcome, TaskError> {
     let t: GrainTask = job::decode_task(task)?;
-    p.check().map_err(|e| TaskError::BadTask { reason: e.to_string() })?;
     if t.first > t.last || t.last >= p.height {
         return Err(TaskError::BadTask { reason: format!("scanlines {}..={} of {}", t.first, t.last, p.height) });
     }
@@ -114,6 +113,7 @@ pub fn render(p: &RenderParams) -> Result<Vec<u8>, PlanError> {
 
 /// Gathers the grains of a finished job into one RGB8 image.
 pub fn assemble<S: BlockSource>(src: &mut S, job: uuid::Uuid, p: &RenderParams) -> Result<Vec<u8>, VerifyError<S::Error>> {
+    p.check().map_err(|e| VerifyError::Shape(e.to_string()))?;
     let mut out = Vec::with_capacity(p.width as usize * p.height as usize * 3);
     for (first, last) in p.grains() {
         let key = grain_key(job, first);
