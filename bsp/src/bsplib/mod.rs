@@ -450,29 +450,69 @@ impl Bsp {
         let mut out: Vec<Outgoing> = (0..self.n).map(|_| Outgoing::new()).collect();
         std::mem::swap(&mut out, &mut self.out);
 
-        // 1. Count exchange (the barrier).
-        let mut metas: Vec<Option<InFrame>> = (0..self.n).map(|_| None).collect();
-        let mut data: Vec<Vec<InFrame>> = (0..self.n).map(|_| Vec::new()).collect();
+        // 1. Count exchange (the barrier). Get requests go first, as their
+        // own frames. Then a dissemination all-gather of the p×p matrix of
+        // frame counts (`000…` §5.1's reduction): in round k every process
+        // sends all rows it knows to pid + 2^k and hears from pid − 2^k, so
+        // after ⌈log₂ p⌉ rounds everyone knows every row, and nobody can
+        // have finished the rounds before everybody started them.
+        // Row entry: frames sent to that pid, bit 31 = get requests too.
+        let n = self.n;
+        let mut metas: Vec<Option<InFrame>> = (0..n).map(|_| None).collect();
+        let mut data: Vec<Vec<InFrame>> = (0..n).map(|_| Vec::new()).collect();
+        let mut counts = vec![0u32; n];
         if let Some(w) = &self.wire {
-            let mut metas_out = Vec::with_capacity(order.len());
+            const GETS: u32 = 1 << 31;
+            let mut rows: Vec<Option<Vec<u32>>> = vec![None; n];
+            let mut mine = vec![0u32; n];
+            let mut reqs = Vec::new();
             for &d in &order {
                 let o = &mut out[d];
-                let frames = o.eager + (!o.combined.is_empty()) as u32 + o.big.len() as u32;
-                let gets = std::mem::take(&mut o.gets);
-                metas_out.push((d, OutFrame::new(Kind::Meta, step, frames, Vec::new(), Payload::Owned(gets))));
+                mine[d] = o.eager + (!o.combined.is_empty()) as u32 + o.big.len() as u32;
+                if !o.gets.is_empty() {
+                    mine[d] |= GETS;
+                    reqs.push((d, OutFrame::new(Kind::GetReq, step, 0, Vec::new(), Payload::Owned(std::mem::take(&mut o.gets)))));
+                }
             }
-            w.send_all(metas_out)?;
-            for &src in order.iter().rev() {
+            rows[self.pid] = Some(mine);
+            w.send_all(reqs)?;
+            let mut k = 1;
+            while k < n {
+                let (to, from) = ((self.pid + k) % n, (self.pid + n - k) % n);
+                let mut payload = Vec::with_capacity(n * (n + 1) * 4);
+                for (j, row) in rows.iter().enumerate() {
+                    if let Some(row) = row {
+                        payload.extend_from_slice(&(j as u32).to_le_bytes());
+                        row.iter().for_each(|c| payload.extend_from_slice(&c.to_le_bytes()));
+                    }
+                }
+                w.send(to, OutFrame::new(Kind::Meta, step, k as u32, Vec::new(), Payload::Owned(payload)))?;
                 loop {
+                    let f = w.recv(from)?;
+                    self.expect_step(from, &f, step)?;
+                    match f.header.kind {
+                        Kind::Meta if f.header.aux as usize == k => {
+                            self.merge_rows(from, &f.payload, &mut rows)?;
+                            break;
+                        }
+                        Kind::Data => data[from].push(f),
+                        Kind::GetReq => metas[from] = Some(f),
+                        kind => return Err(self.unexpected(from, kind)),
+                    }
+                }
+                k *= 2;
+            }
+            // Every row is known now; collect the get requests sent to us.
+            for &src in order.iter().rev() {
+                let c = rows[src].as_ref().ok_or_else(|| BspError::Protocol { from: format!("process {src}"), detail: "count row missing after the barrier".into() })?[self.pid];
+                counts[src] = c & !GETS;
+                while c & GETS != 0 && metas[src].is_none() {
                     let f = w.recv(src)?;
                     self.expect_step(src, &f, step)?;
                     match f.header.kind {
-                        Kind::Meta => {
-                            metas[src] = Some(f);
-                            break;
-                        }
                         Kind::Data => data[src].push(f),
-                        k => return Err(self.unexpected(src, k)),
+                        Kind::GetReq => metas[src] = Some(f),
+                        kind => return Err(self.unexpected(src, kind)),
                     }
                 }
             }
@@ -530,7 +570,7 @@ impl Bsp {
             let mut get_replies: Vec<Option<InFrame>> = (0..self.n).map(|_| None).collect();
             let mut result = Ok(());
             'peers: for &src in order.iter().rev() {
-                let want = metas[src].as_ref().map_or(0, |m| m.header.aux) as usize;
+                let want = counts[src] as usize;
                 let want_reply = !out[src].get_dst.is_empty();
                 while data[src].len() < want || (want_reply && get_replies[src].is_none()) {
                     let f = match w.recv(src) {
@@ -599,6 +639,26 @@ impl Bsp {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// Merges the count rows of a dissemination message into `rows`.
+    fn merge_rows(&self, from: usize, b: &[u8], rows: &mut [Option<Vec<u32>>]) -> Result<()> {
+        let n = self.n;
+        let bad = || BspError::Protocol { from: format!("process {from}"), detail: "malformed count rows".into() };
+        if b.len() % ((n + 1) * 4) != 0 {
+            return Err(bad());
+        }
+        for chunk in b.chunks((n + 1) * 4) {
+            let w: Vec<u32> = chunk.chunks(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
+            let j = w[0] as usize;
+            if j >= n {
+                return Err(bad());
+            }
+            if rows[j].is_none() {
+                rows[j] = Some(w[1..].to_vec());
+            }
+        }
+        Ok(())
     }
 
     fn expect_step(&self, src: usize, f: &InFrame, step: u64) -> Result<()> {

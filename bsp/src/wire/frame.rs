@@ -20,8 +20,8 @@ pub(crate) const HEADER_LEN: usize = 24;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub(crate) enum Kind {
-    /// Count exchange: announces this superstep's data frames and carries the
-    /// get requests. Receiving one from every peer is the barrier.
+    /// One round of the count exchange (`aux` = the round's distance 2^k);
+    /// payload: the p×p count rows the sender knows.
     Meta = 1,
     /// A batch of put / send records.
     Data = 2,
@@ -33,6 +33,8 @@ pub(crate) enum Kind {
     Heartbeat = 5,
     /// Clean departure: an EOF after this is not a failure.
     Bye = 6,
+    /// Get requests, sent at the start of `sync` before the count exchange.
+    GetReq = 7,
 }
 
 impl Kind {
@@ -44,6 +46,7 @@ impl Kind {
             4 => Kind::Abort,
             5 => Kind::Heartbeat,
             6 => Kind::Bye,
+            7 => Kind::GetReq,
             _ => return None,
         })
     }

@@ -96,6 +96,9 @@ impl Reader {
     /// large payload is read straight into its own exact-size vector.
     fn read_ready(&mut self, sock: &mut TcpStream, max_frame: u32, out: &mut Vec<InFrame>) -> io::Result<ReadOutcome> {
         let mut budget = 8 * STAGE; // fairness between peers in one round
+        // A short read means the socket is empty: parse what we have and
+        // stop, instead of paying one more read() just to see EAGAIN.
+        let mut drained = false;
         loop {
             match self.hdr {
                 None => {
@@ -122,9 +125,14 @@ impl Reader {
                     }
                     if need - take >= STAGE / 2 {
                         // Large remainder: no staging copy.
+                        if drained {
+                            return Ok(ReadOutcome::Open);
+                        }
+                        let want = self.payload.len() - self.filled;
                         match sock.read(&mut self.payload[self.filled..]) {
                             Ok(0) => return Ok(ReadOutcome::Eof),
                             Ok(n) => {
+                                drained = n < want;
                                 self.filled += n;
                                 budget = budget.saturating_sub(n);
                                 if budget == 0 {
@@ -148,9 +156,14 @@ impl Reader {
                 self.e -= self.s;
                 self.s = 0;
             }
+            if drained {
+                return Ok(ReadOutcome::Open);
+            }
+            let want = self.stage.len() - self.e;
             match sock.read(&mut self.stage[self.e..]) {
                 Ok(0) => return Ok(ReadOutcome::Eof),
                 Ok(n) => {
+                    drained = n < want;
                     self.e += n;
                     budget = budget.saturating_sub(n);
                     if budget == 0 {
