@@ -47,6 +47,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     }
     let reps = if args.quick { 5 } else { 20 };
     let mut mpi_side = Vec::new();
+    let dir = tempdir()?;
+    let mut mpi_exe = None;
     for &p in &args.p {
         let r: probe::ProbeReport = serde_json::from_value(group(p, &args, "probe", &[])?)?;
         let base = |extra: Vec<(&'static str, Value)>| {
@@ -74,8 +76,20 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             }
             .print();
         }
+        // The MPI side runs right after this p's BSP side, so both see the
+        // same machine load (others may be building on it).
         let m: probe::MpiLike = serde_json::from_value(group(p, &args, "mpi-like", &[])?)?;
-        mpi_side.push(m);
+        let mut mpi = Vec::new();
+        if !args.no_mpi {
+            if mpi_exe.is_none() {
+                mpi_exe = Some(build_mpi(&dir)?);
+            }
+            let exe = mpi_exe.as_ref().expect("built");
+            for btl in ["tcp,self", "vader,self"] {
+                mpi.push(run_mpi(exe, p, btl, args.words, reps)?);
+            }
+        }
+        mpi_side.push((m, mpi));
     }
 
     // Schedules at the largest p.
@@ -98,11 +112,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     if args.no_mpi {
         return Ok(());
     }
-    let dir = tempdir()?;
-    let exe = build_mpi(&dir)?;
-    for m in &mpi_side {
-        for (btl, label) in [("tcp,self", "tcp"), ("vader,self", "shm")] {
-            let o = run_mpi(&exe, m.p, btl, args.words, reps)?;
+    for (m, mpi) in &mpi_side {
+        for ((btl, label), o) in [("tcp,self", "tcp"), ("vader,self", "shm")].into_iter().zip(mpi) {
             let (bar, a2a, hrt) = (o["barrier_us"].as_f64().unwrap_or(f64::NAN), o["alltoall_mb_s"].as_f64().unwrap_or(f64::NAN), o["half_rtt_us"].as_f64().unwrap_or(f64::NAN));
             let e = |extra: Vec<(&'static str, Value)>| {
                 let mut v = vec![("p", json!(m.p)), ("btl", json!(btl)), ("words_per_dest", json!(args.words))];
