@@ -51,8 +51,33 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let mut mpi_exe = None;
     for &p in &args.p {
         let r: probe::ProbeReport = serde_json::from_value(group(p, &args, "probe", &[])?)?;
+        print_probe(&r, &args.net);
+        // The MPI side runs right after this p's BSP side, so both see the
+        // same machine load (others may be building on it).
+        let m: probe::MpiLike = serde_json::from_value(group(p, &args, "mpi-like", &[])?)?;
+        let mut mpi = Vec::new();
+        if !args.no_mpi {
+            if mpi_exe.is_none() {
+                mpi_exe = Some(build_mpi(&dir)?);
+            }
+            let exe = mpi_exe.as_ref().expect("built");
+            for btl in ["tcp,self", "vader,self"] {
+                mpi.push(run_mpi(exe, p, btl, args.words, reps)?);
+            }
+        }
+        mpi_side.push((m, mpi));
+    }
+    schedules_and_mpi(&args, mpi_side)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// `l` and `g` figures of one probe report.
+fn print_probe(r: &probe::ProbeReport, net: &str) {
+    let p = r.p;
+    {
         let base = |extra: Vec<(&'static str, Value)>| {
-            let mut e = vec![("p", json!(p)), ("net", json!(args.net))];
+            let mut e = vec![("p", json!(p)), ("net", json!(net))];
             e.extend(extra);
             e
         };
@@ -76,27 +101,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             }
             .print();
         }
-        // The MPI side runs right after this p's BSP side, so both see the
-        // same machine load (others may be building on it).
-        let m: probe::MpiLike = serde_json::from_value(group(p, &args, "mpi-like", &[])?)?;
-        let mut mpi = Vec::new();
-        if !args.no_mpi {
-            if mpi_exe.is_none() {
-                mpi_exe = Some(build_mpi(&dir)?);
-            }
-            let exe = mpi_exe.as_ref().expect("built");
-            for btl in ["tcp,self", "vader,self"] {
-                mpi.push(run_mpi(exe, p, btl, args.words, reps)?);
-            }
-        }
-        mpi_side.push((m, mpi));
     }
+}
+
+fn schedules_and_mpi(args: &Args, mpi_side: Vec<(probe::MpiLike, Vec<Value>)>) -> anyhow::Result<()> {
 
     // Schedules at the largest p.
     let pmax = *args.p.iter().max().context("no p")?;
+    let args = args;
     let mut latin = None;
     for sched in ["latin", "naive", "eager"] {
-        let v = group(pmax, &args, "exchange", &[("BSP_SCHEDULE", sched)])?;
+        let v = group(pmax, args, "exchange", &[("BSP_SCHEDULE", sched)])?;
         let st: probe::Stat = serde_json::from_value(v)?;
         let ratio = latin.map(|l: f64| st.mean / l);
         if sched == "latin" {
@@ -109,9 +124,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         Figure { name: &format!("bsp_total_exchange_{sched}"), value: st.mean, unit: "us", target: None, extra }.print();
     }
 
-    if args.no_mpi {
-        return Ok(());
-    }
     for (m, mpi) in &mpi_side {
         for ((btl, label), o) in [("tcp,self", "tcp"), ("vader,self", "shm")].into_iter().zip(mpi) {
             let (bar, a2a, hrt) = (o["barrier_us"].as_f64().unwrap_or(f64::NAN), o["alltoall_mb_s"].as_f64().unwrap_or(f64::NAN), o["half_rtt_us"].as_f64().unwrap_or(f64::NAN));
@@ -134,7 +146,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             Figure { name: &format!("ratio_half_rtt_bsp_over_mpi_{label}"), value: m.half_rtt_us.mean / hrt, unit: "x", target: None, extra: e(vec![("higher_is_better", json!(false))]) }.print();
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
@@ -173,6 +184,19 @@ fn worker(mode: &str, args: &Args) -> anyhow::Result<()> {
     };
     if let Some(v) = out {
         println!("RESULT {v}");
+        // Started by the namespace-cluster script rather than by `group`:
+        // print the figures here.
+        if std::env::var_os("BSP_HOSTS").is_some() {
+            match mode {
+                "probe" => print_probe(&serde_json::from_value(v)?, &args.net),
+                "exchange" => {
+                    let st: probe::Stat = serde_json::from_value(v)?;
+                    let sched = std::env::var("BSP_SCHEDULE").unwrap_or_else(|_| "latin".into());
+                    Figure { name: &format!("bsp_total_exchange_{sched}"), value: st.mean, unit: "us", target: None, extra: vec![("p", json!(bsp.nprocs())), ("net", json!(args.net)), ("words_per_dest", json!(args.words)), ("sd", json!(st.sd))] }.print();
+                }
+                _ => {}
+            }
+        }
     }
     bsp.end();
     Ok(())

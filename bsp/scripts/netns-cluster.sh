@@ -53,7 +53,13 @@ for i in $(seq 0 $((N-1))); do
   ip -n "$ns" link set lo up
   if [[ -n "$RATE" || -n "$DELAY" ]]; then
     args=(); [[ -n "$DELAY" ]] && args+=(delay "$DELAY"); [[ -n "$RATE" ]] && args+=(rate "$RATE")
-    ip netns exec "$ns" tc qdisc add dev eth0 root netem "${args[@]}"
+    if ! ip netns exec "$ns" tc qdisc add dev eth0 root netem "${args[@]}" 2>/dev/null; then
+      # Kernels without sch_netem: shape the rate with tbf, say the delay is missing.
+      [[ $i -eq 0 ]] && echo "netem unavailable: ${DELAY:+delay $DELAY NOT applied; }${RATE:+rate via tbf}" >&2
+      if [[ -n "$RATE" ]]; then
+        ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$RATE" burst 64kb latency 5ms
+      fi
+    fi
   fi
   HOSTS+="${HOSTS:+,}10.77.0.$((i+10)):$PORT"
 done
