@@ -66,6 +66,9 @@ pub struct Config {
     /// copied into the combined buffer.
     pub big_threshold: usize,
     pub heartbeat: Duration,
+    /// How long a process blocked in `sync` polls its sockets (yielding the
+    /// core between polls) before it sleeps. Zero: sleep at once.
+    pub spin: Duration,
     /// A peer silent for this long is lost.
     pub peer_timeout: Duration,
     pub setup_timeout: Duration,
@@ -81,6 +84,7 @@ impl Config {
             schedule: Schedule::LatinSquare,
             big_threshold: 64 << 10,
             heartbeat: Duration::from_millis(500),
+            spin: Duration::from_micros(200),
             peer_timeout: Duration::from_secs(10),
             setup_timeout: Duration::from_secs(30),
             max_frame: u32::MAX - 64,
@@ -103,6 +107,9 @@ impl Config {
         }
         if let Ok(b) = std::env::var("BSP_BUDGET") {
             self.budget = b.parse().map_err(|_| BspError::Config(format!("BSP_BUDGET={b}")))?;
+        }
+        if let Ok(b) = std::env::var("BSP_SPIN_US") {
+            self.spin = Duration::from_micros(b.parse().map_err(|_| BspError::Config(format!("BSP_SPIN_US={b}")))?);
         }
         if let Ok(b) = std::env::var("BSP_PEER_TIMEOUT_MS") {
             self.peer_timeout = Duration::from_millis(b.parse().map_err(|_| BspError::Config(format!("BSP_PEER_TIMEOUT_MS={b}")))?);
@@ -189,7 +196,7 @@ impl Bsp {
         let n = hosts.len();
         let wire = if n > 1 {
             let socks = crate::wire::mesh::connect_mesh(ep, hosts, pid, &cfg.token, cfg.setup_timeout)?;
-            let timing = Timing { heartbeat: cfg.heartbeat, peer_timeout: cfg.peer_timeout, max_frame: cfg.max_frame };
+            let timing = Timing { spin: cfg.spin, heartbeat: cfg.heartbeat, peer_timeout: cfg.peer_timeout, max_frame: cfg.max_frame };
             Some(Wire::start(pid, socks, cfg.budget, timing)?)
         } else {
             None

@@ -57,6 +57,7 @@ impl Wire {
                 user_driving: false,
                 drive_ended: None,
                 first_lost: None,
+                progress_parked: false,
             }),
             cv: Condvar::new(),
         });
@@ -75,9 +76,23 @@ impl Wire {
     /// latency of a barrier. The progress thread parks meanwhile; it takes
     /// over again when the caller goes back to computing.
     pub(crate) fn drive_begin(&self) {
-        self.shared.st.lock().user_driving = true;
-        progress::poke(&self.wake);
+        let parked = {
+            let mut st = self.shared.st.lock();
+            st.user_driving = true;
+            st.progress_parked
+        };
+        if !parked {
+            // It may be blocked in poll, holding the engine: wake it so it lets go.
+            progress::poke(&self.wake);
+        }
         self.driving.set(true);
+    }
+
+    /// Wakes the progress thread, unless this thread is the one driving.
+    fn wake_progress(&self) {
+        if !self.driving.get() {
+            progress::poke(&self.wake);
+        }
     }
 
     pub(crate) fn drive_end(&self) {
@@ -92,7 +107,7 @@ impl Wire {
     fn wait(&self, st: &mut MutexGuard<'_, State>) {
         if self.driving.get() {
             MutexGuard::unlocked(st, || {
-                let _ = self.engine.lock().round();
+                let _ = self.engine.lock().round(true);
             });
         } else {
             self.shared.cv.wait(st);
@@ -139,7 +154,7 @@ impl Wire {
         st.borrowed_outstanding += f.is_borrowed() as usize;
         st.outq[to].push_back(f);
         drop(st);
-        progress::poke(&self.wake);
+        self.wake_progress();
         Ok(())
     }
 
@@ -159,7 +174,7 @@ impl Wire {
                 if st.queued_bytes == 0 || st.queued_bytes + len <= self.budget {
                     break;
                 }
-                progress::poke(&self.wake);
+                self.wake_progress();
                 self.wait(&mut st);
             }
             f.seq = st.next_seq;
@@ -169,7 +184,7 @@ impl Wire {
             st.outq[to].push_back(f);
         }
         drop(st);
-        progress::poke(&self.wake);
+        self.wake_progress();
         Ok(())
     }
 

@@ -59,6 +59,8 @@ pub(crate) struct State {
     pub(crate) drive_ended: Option<Instant>,
     /// The first peer lost: the one to blame (later losses may be cascades).
     pub(crate) first_lost: Option<(usize, String)>,
+    /// The progress thread is waiting on the condvar, not in poll.
+    pub(crate) progress_parked: bool,
 }
 
 pub(crate) struct Shared {
@@ -67,6 +69,8 @@ pub(crate) struct Shared {
 }
 
 pub(crate) struct Timing {
+    /// How long a caller blocked in `sync` polls before sleeping.
+    pub(crate) spin: Duration,
     pub(crate) heartbeat: Duration,
     pub(crate) peer_timeout: Duration,
     pub(crate) max_frame: u32,
@@ -197,6 +201,7 @@ pub(crate) struct Progress {
     shared: Arc<Shared>,
     timing: Timing,
     half_closed: bool,
+    spin: Duration,
 }
 
 /// Outcome of one round, published under the lock.
@@ -219,14 +224,14 @@ impl Progress {
             }
             peers.push(Peer { sock: s, reader: Reader::new(), queue: VecDeque::new(), head_off: 0, last_recv: now, last_send: now });
         }
-        Ok(Progress { me, peers, wake, shared, timing, half_closed: false })
+        Ok(Progress { me, peers, wake, shared, spin: timing.spin, timing, half_closed: false })
     }
 
     /// One round of progress: take queued frames, write optimistically,
     /// poll, read, write, heartbeats, publish. Returns true when the engine
     /// should stop. Called by the progress thread, or by the user thread
     /// itself while it is blocked inside `sync` (see `Wire::drive_begin`).
-    pub(crate) fn round(&mut self) -> bool {
+    pub(crate) fn round(&mut self, spin: bool) -> bool {
         {
             let mut round = Round::default();
             // Take new frames; decide whether to stop.
@@ -290,8 +295,20 @@ impl Progress {
                 }
             }
             let timeout = (self.timing.heartbeat.as_millis() as i32 / 2).max(1);
-            // SAFETY: `fds` is a live, correctly sized array of pollfd.
-            let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+            // A caller blocked in `sync` spins a little (poll without
+            // sleeping, yielding the core between tries) before it sleeps:
+            // a sleep/wake-up pair costs more than a small message's whole
+            // trip over loopback. The progress thread never spins.
+            let spin_until = spin.then(|| Instant::now() + self.spin);
+            let rc = loop {
+                let t = if spin_until.is_some_and(|u| Instant::now() < u) { 0 } else { timeout };
+                // SAFETY: `fds` is a live, correctly sized array of pollfd.
+                let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, t) };
+                if rc != 0 || t != 0 {
+                    break rc;
+                }
+                std::thread::yield_now();
+            };
             if rc < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -492,6 +509,7 @@ pub(crate) fn run_thread(engine: Arc<Mutex<Progress>>, shared: Arc<Shared>) {
             // time. A caller that goes off to compute gets its progress
             // thread back within `LINGER`.
             let mut st = shared.st.lock();
+            st.progress_parked = true;
             loop {
                 if st.stop_now || st.stopping {
                     break;
@@ -507,8 +525,9 @@ pub(crate) fn run_thread(engine: Arc<Mutex<Progress>>, shared: Arc<Shared>) {
                 }
                 break;
             }
+            st.progress_parked = false;
         }
-        if engine.lock().round() {
+        if engine.lock().round(false) {
             return;
         }
     }
