@@ -5,6 +5,25 @@
 //! tokio. A slave runs tasks against the [`ctx::TaskCtx`] trait, which it
 //! implements over the store; [`mem`] implements it in memory for tests.
 //!
+//! Map:
+//! - [`block`]: ids, matrix shapes, the column-major [`block::Block`] and its byte payload;
+//! - [`ctx`]: the [`ctx::TaskCtx`] seam and [`ctx::CtxError`];
+//! - [`job`]: [`job::JobSpec`], [`job::output_shapes`], [`job::plan`], [`job::run_task`],
+//!   [`job::TaskError`] with [`job::TaskError::class`], [`job::flops`];
+//! - [`matmul`], [`cholesky`], [`lu`], [`raytrace`]: one module per application
+//!   (task descriptors, planning, the task body);
+//! - [`kernels`]: dgemm, dsyrk, dtrsm, dpotrf, dgetrf and an LU without pivoting;
+//! - [`generate`]: deterministic block-by-block matrix generation;
+//! - [`verify`]: checks read block by block through [`verify::BlockSource`];
+//! - [`mem`]: in-memory store, context and executors ([`mem::run_plan`],
+//!   [`mem::run_plan_chaos`]) counting block reads and writes per task.
+//!
+//! Invariants: every task is a pure function of the committed blocks it
+//! reads, so a task aborted and redone anywhere writes the same bits; tasks
+//! never hold more than a few blocks (except the LU pivoting panel and swap
+//! tasks, which hold a block column); bad input gives a typed error, never a
+//! panic or a BLAS call on mismatched shapes.
+//!
 //! ```
 //! use apps::block::MatrixMeta;
 //! use apps::generate::MatrixKind;
