@@ -2,7 +2,11 @@
 //!
 //! All blocks are column-major with leading dimension `rows`. Callers check
 //! shapes before calling (blocks come from the store and are validated on
-//! read), so the kernels only `debug_assert!` them.
+//! read against their matrix).
+//!
+//! # Panics
+//! Every kernel asserts that its operands' shapes agree: a mismatch is a
+//! bug in the caller, and the assert keeps BLAS from reading out of bounds.
 
 use crate::block::Block;
 use cblas_sys::{
@@ -18,6 +22,14 @@ fn tr(t: bool) -> CBLAS_TRANSPOSE {
     }
 }
 
+// Blocks have pub fields: a data length that disagrees with the shape
+// would let BLAS run off the end of the buffer.
+fn whole(bs: &[&Block]) {
+    for b in bs {
+        assert_eq!(b.data.len(), b.rows * b.cols, "block data does not match its shape");
+    }
+}
+
 fn ld(rows: usize) -> i32 {
     // LAPACK wants lda >= 1 even for empty matrices.
     rows.max(1) as i32
@@ -27,12 +39,13 @@ fn ld(rows: usize) -> i32 {
 pub fn gemm(alpha: f64, a: &Block, ta: bool, b: &Block, tb: bool, beta: f64, c: &mut Block) {
     let (m, k) = if ta { (a.cols, a.rows) } else { (a.rows, a.cols) };
     let (kb, n) = if tb { (b.cols, b.rows) } else { (b.rows, b.cols) };
-    debug_assert_eq!(k, kb);
-    debug_assert_eq!((c.rows, c.cols), (m, n));
+    assert_eq!(k, kb);
+    assert_eq!((c.rows, c.cols), (m, n));
+    whole(&[a, b, c]);
     if m == 0 || n == 0 {
         return;
     }
-    // SAFETY: shapes match (checked by callers, asserted above) and the
+    // SAFETY: shapes match (asserted above) and the
     // slices hold rows*cols elements with leading dimension rows.
     unsafe {
         cblas_dgemm(
@@ -57,7 +70,8 @@ pub fn gemm(alpha: f64, a: &Block, ta: bool, b: &Block, tb: bool, beta: f64, c: 
 /// Lower triangle of `C := alpha · A·Aᵀ + beta · C` (dsyrk); the strict upper
 /// triangle of `C` is left untouched.
 pub fn syrk_lower(alpha: f64, a: &Block, beta: f64, c: &mut Block) {
-    debug_assert_eq!((c.rows, c.cols), (a.rows, a.rows));
+    assert_eq!((c.rows, c.cols), (a.rows, a.rows));
+    whole(&[a, c]);
     if c.rows == 0 {
         return;
     }
@@ -84,7 +98,8 @@ pub fn syrk_lower(alpha: f64, a: &Block, beta: f64, c: &mut Block) {
 /// `Err(k)` (1-based, LAPACK's `info`) when the leading minor of order `k` is
 /// not positive definite.
 pub fn potrf_lower(a: &mut Block) -> Result<(), usize> {
-    debug_assert_eq!(a.rows, a.cols);
+    assert_eq!(a.rows, a.cols);
+    whole(&[a]);
     let n = a.rows;
     let mut info = 0;
     if n > 0 {
@@ -125,8 +140,9 @@ pub fn trsm_right_upper(u: &Block, b: &mut Block) {
 }
 
 fn trsm(left: bool, upper: bool, trans: bool, unit: bool, t: &Block, b: &mut Block) {
-    debug_assert_eq!(t.rows, t.cols);
-    debug_assert_eq!(if left { b.rows } else { b.cols }, t.rows);
+    assert_eq!(t.rows, t.cols);
+    assert_eq!(if left { b.rows } else { b.cols }, t.rows);
+    whole(&[t, b]);
     if b.rows == 0 || b.cols == 0 {
         return;
     }
@@ -154,7 +170,8 @@ fn trsm(left: bool, upper: bool, trans: bool, unit: bool, t: &Block, b: &mut Blo
 /// dtrsm + dgemm at BLAS-3 speed. `Err(k)` (0-based) when pivot `k` is zero
 /// or not finite.
 pub fn lu_nopiv(a: &mut Block) -> Result<(), usize> {
-    debug_assert_eq!(a.rows, a.cols);
+    assert_eq!(a.rows, a.cols);
+    whole(&[a]);
     let n = a.rows;
     lu_nopiv_rec(&mut a.data, n, 0, n)
 }
@@ -211,6 +228,7 @@ fn lu_nopiv_rec(a: &mut [f64], n: usize, off: usize, m: usize) -> Result<(), usi
 /// `ipiv[r]`, in order) and `Err(k)` (0-based column) when `U(k,k)` is exactly
 /// zero; the factorisation is still completed, as LAPACK does.
 pub fn getrf(a: &mut Block) -> (Vec<usize>, Result<(), usize>) {
+    whole(&[a]);
     let k = a.rows.min(a.cols);
     let mut ipiv = vec![0i32; k.max(1)];
     let mut info = 0;
