@@ -632,6 +632,11 @@ impl Bsp {
             }
         }
         self.queue = queue;
+        if let Some(w) = &self.wire {
+            for f in data.into_iter().flatten() {
+                w.recycle(f.payload);
+            }
+        }
         for a in self.areas.iter_mut().flatten() {
             a.registered = true;
         }

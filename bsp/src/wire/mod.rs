@@ -25,7 +25,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::error::BspError;
 use frame::{InFrame, Kind, OutFrame, Payload};
-use progress::{Gone, Progress, Shared, State, Timing};
+use progress::{Gone, Pool, Progress, Shared, State, Timing};
 
 pub(crate) struct Wire {
     me: usize,
@@ -37,6 +37,7 @@ pub(crate) struct Wire {
     engine: Arc<Mutex<Progress>>,
     /// Between `drive_begin` and `drive_end`: this thread runs the rounds.
     driving: Cell<bool>,
+    pool: Arc<Pool>,
 }
 
 impl Wire {
@@ -63,10 +64,16 @@ impl Wire {
         });
         let (a, b) = UnixStream::pair()?;
         a.set_nonblocking(true)?;
-        let engine = Arc::new(Mutex::new(Progress::new(me, socks, b, shared.clone(), timing)?));
+        let pool = Arc::new(Pool::new());
+        let engine = Arc::new(Mutex::new(Progress::new(me, socks, b, shared.clone(), timing, pool.clone())?));
         let (e2, s2) = (engine.clone(), shared.clone());
         let thread = std::thread::Builder::new().name(format!("bsp-progress-{me}")).spawn(move || progress::run_thread(e2, s2))?;
-        Ok(Wire { me, n, shared, wake: a, budget, thread: Some(thread), engine, driving: Cell::new(false) })
+        Ok(Wire { me, n, shared, wake: a, budget, thread: Some(thread), engine, driving: Cell::new(false), pool })
+    }
+
+    /// Hands a received payload back for reuse.
+    pub(crate) fn recycle(&self, v: Vec<u8>) {
+        self.pool.give(v);
     }
 
     /// From here until `drive_end` the calling thread, which is about to
