@@ -74,6 +74,12 @@ pub struct Config {
     pub setup_timeout: Duration,
     /// Largest frame accepted from a peer.
     pub max_frame: u32,
+    /// Start sending the data (in schedule order) as soon as `sync` starts,
+    /// behind the get requests and ahead of the count exchange, instead of
+    /// after the barrier. Receivers hold early frames until they have the
+    /// counts, so the semantics are the same; the barrier's latency overlaps
+    /// the data's. `false` is `000…` §5.1 to the letter.
+    pub early_data: bool,
 }
 
 impl Config {
@@ -88,6 +94,7 @@ impl Config {
             peer_timeout: Duration::from_secs(10),
             setup_timeout: Duration::from_secs(30),
             max_frame: u32::MAX - 64,
+            early_data: true,
         }
     }
 
@@ -107,6 +114,9 @@ impl Config {
         }
         if let Ok(b) = std::env::var("BSP_BUDGET") {
             self.budget = b.parse().map_err(|_| BspError::Config(format!("BSP_BUDGET={b}")))?;
+        }
+        if let Ok(b) = std::env::var("BSP_EARLY_DATA") {
+            self.early_data = b != "0";
         }
         if let Ok(b) = std::env::var("BSP_SPIN_US") {
             self.spin = Duration::from_micros(b.parse().map_err(|_| BspError::Config(format!("BSP_SPIN_US={b}")))?);
@@ -483,6 +493,11 @@ impl Bsp {
             }
             rows[self.pid] = Some(mine);
             w.send_all(reqs)?;
+            if self.cfg.early_data {
+                for &d in &order {
+                    self.send_data(w, d, &mut out[d], step)?;
+                }
+            }
             let mut k = 1;
             while k < n {
                 let (to, from) = ((self.pid + k) % n, (self.pid + n - k) % n);
@@ -557,19 +572,8 @@ impl Bsp {
                 if !replies[d].is_empty() || !metas[d].as_ref().map_or(true, |m| m.payload.is_empty()) {
                     w.send(d, OutFrame::new(Kind::GetReply, step, 0, Vec::new(), Payload::Owned(std::mem::take(&mut replies[d]))))?;
                 }
-                let o = &mut out[d];
-                if !o.combined.is_empty() {
-                    w.send(d, OutFrame::new(Kind::Data, step, 0, Vec::new(), Payload::Owned(std::mem::take(&mut o.combined))))?;
-                }
-                for (head, big) in o.big.drain(..) {
-                    let body = match big {
-                        Big::Owned(v) => Payload::Owned(v),
-                        Big::Hp { src, off, len } => {
-                            let b = &self.areas[src as usize].as_ref().ok_or(BspError::NotRegistered { pid: self.pid, area: src })?.bytes()[off..off + len];
-                            Payload::Borrowed { ptr: b.as_ptr(), len }
-                        }
-                    };
-                    w.send(d, OutFrame::new(Kind::Data, step, 0, head.to_vec(), body))?;
+                if !self.cfg.early_data {
+                    self.send_data(w, d, &mut out[d], step)?;
                 }
             }
 
@@ -651,6 +655,25 @@ impl Bsp {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// Queues this superstep's data frames for `d`: the combined buffer, then
+    /// each big block (an `hpput` one straight from its area).
+    fn send_data(&self, w: &Wire, d: usize, o: &mut Outgoing, step: u64) -> Result<()> {
+        if !o.combined.is_empty() {
+            w.send(d, OutFrame::new(Kind::Data, step, 0, Vec::new(), Payload::Owned(std::mem::take(&mut o.combined))))?;
+        }
+        for (head, big) in o.big.drain(..) {
+            let body = match big {
+                Big::Owned(v) => Payload::Owned(v),
+                Big::Hp { src, off, len } => {
+                    let b = &self.areas[src as usize].as_ref().ok_or(BspError::NotRegistered { pid: self.pid, area: src })?.bytes()[off..off + len];
+                    Payload::Borrowed { ptr: b.as_ptr(), len }
+                }
+            };
+            w.send(d, OutFrame::new(Kind::Data, step, 0, head.to_vec(), body))?;
+        }
+        Ok(())
     }
 
     /// Merges the count rows of a dissemination message into `rows`.
