@@ -2,20 +2,28 @@
 //!
 //! Everything a superstep asks for is recorded locally and only travels
 //! inside `sync` (`000…` §5.1):
-//! 1. **Count exchange = barrier.** Each process sends every peer a `Meta`
-//!    frame announcing how many data frames follow and carrying its get
-//!    requests. Having a `Meta` from every peer means every process entered
-//!    `sync`.
-//! 2. **Gets are served** right after, from memory no put of this superstep
+//! 1. **Get requests** go out first, one frame per destination asked.
+//! 2. **Data in schedule order** (`Config::early_data`, the default: right
+//!    away, overlapping step 3; otherwise after it): puts and sends to one
+//!    destination are combined into one frame; big blocks go as their own
+//!    frame, `hpput` ones straight from the source area (no copy).
+//!    Destinations are visited in a Latin-square order, `(pid + r) mod p`
+//!    in round `r`.
+//! 3. **Count exchange = barrier.** A dissemination all-gather of the p×p
+//!    matrix of frame counts: ⌈log₂ p⌉ rounds, in round k each process sends
+//!    the rows it knows to `pid + 2^k`. Knowing every row means every
+//!    process entered `sync`.
+//! 4. **Gets are served** right after, from memory no put of this superstep
 //!    has touched yet, so every get reads before any put lands.
-//! 3. **Data in schedule order:** puts and sends to one destination are
-//!    combined into one frame; big blocks go as their own frame, `hpput`
-//!    ones straight from the source area (no copy). Destinations are visited
-//!    in a Latin-square order, `(pid + r) mod p` for round `r`.
-//! 4. **Completion by counting:** the process leaves once it holds every
-//!    announced frame; it does not wait for its own sends to be read.
-//! 5. Apply: puts by source pid then issue order, get replies, the new BSMP
+//! 5. **Completion by counting:** the process leaves once it holds every
+//!    frame its column of the matrix announces; it does not wait for its
+//!    own sends to be read.
+//! 6. Apply: puts by source pid then issue order, get replies, the new BSMP
 //!    queue, then registrations and the tag size take effect.
+//!
+//! While blocked in `sync` the calling thread runs the socket engine itself
+//! (see `wire::Wire::drive_begin`); between supersteps the progress thread
+//! does.
 
 mod records;
 

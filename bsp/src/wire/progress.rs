@@ -31,6 +31,9 @@ const STAGE: usize = 256 * 1024;
 const MAX_IOV: usize = 64;
 /// How long the progress thread stays parked after the user thread leaves `sync`.
 const LINGER: Duration = Duration::from_millis(1);
+/// How often a parked progress thread looks whether the caller has left `sync`:
+/// the longest a computing caller waits for its progress thread to resume.
+const PARKED_CHECK: Duration = Duration::from_millis(10);
 
 /// Recycled payload buffers. Large payloads come every superstep in the
 /// same sizes; a fresh vector each time is an mmap, page faults and a
@@ -559,7 +562,9 @@ pub(crate) fn run_thread(engine: Arc<Mutex<Progress>>, shared: Arc<Shared>) {
                     break;
                 }
                 if st.user_driving {
-                    shared.cv.wait_for(&mut st, LINGER);
+                    // Coarse: every wake-up here is a context switch taken
+                    // from the processes doing the superstep.
+                    shared.cv.wait_for(&mut st, PARKED_CHECK);
                     continue;
                 }
                 let since = st.drive_ended.map_or(LINGER, |t| t.elapsed());
