@@ -61,6 +61,7 @@ impl Wire {
                 progress_parked: false,
             }),
             cv: Condvar::new(),
+            park_cv: Condvar::new(),
         });
         let (a, b) = UnixStream::pair()?;
         a.set_nonblocking(true)?;
@@ -265,7 +266,7 @@ impl Wire {
             let mut st = self.shared.st.lock();
             st.stopping = true;
         }
-        self.shared.cv.notify_all();
+        self.shared.park_cv.notify_all();
         progress::poke(&self.wake);
         let mut st = self.shared.st.lock();
         while !st.exited {
@@ -284,7 +285,7 @@ impl Wire {
     /// Immediate teardown after a failure: queues dropped, thread joined.
     pub(crate) fn kill(&mut self) {
         self.shared.st.lock().stop_now = true;
-        self.shared.cv.notify_all();
+        self.shared.park_cv.notify_all();
         progress::poke(&self.wake);
         if let Some(t) = self.thread.take() {
             let _ = t.join();

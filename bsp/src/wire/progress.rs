@@ -111,7 +111,12 @@ pub(crate) struct State {
 
 pub(crate) struct Shared {
     pub(crate) st: Mutex<State>,
+    /// Wakes the user thread (frames in, budget freed, peer lost).
     pub(crate) cv: Condvar,
+    /// Wakes a parked progress thread (stop). Separate from `cv` so that
+    /// publishing frames to a driving caller does not wake the parked
+    /// thread every time for nothing.
+    pub(crate) park_cv: Condvar,
 }
 
 pub(crate) struct Timing {
@@ -564,12 +569,12 @@ pub(crate) fn run_thread(engine: Arc<Mutex<Progress>>, shared: Arc<Shared>) {
                 if st.user_driving {
                     // Coarse: every wake-up here is a context switch taken
                     // from the processes doing the superstep.
-                    shared.cv.wait_for(&mut st, PARKED_CHECK);
+                    shared.park_cv.wait_for(&mut st, PARKED_CHECK);
                     continue;
                 }
                 let since = st.drive_ended.map_or(LINGER, |t| t.elapsed());
                 if since < LINGER {
-                    shared.cv.wait_for(&mut st, LINGER - since);
+                    shared.park_cv.wait_for(&mut st, LINGER - since);
                     continue;
                 }
                 break;
