@@ -57,7 +57,7 @@ for i in $(seq 0 $((N-1))); do
       # Kernels without sch_netem: shape the rate with tbf, say the delay is missing.
       [[ $i -eq 0 ]] && echo "netem unavailable: ${DELAY:+delay $DELAY NOT applied; }${RATE:+rate via tbf}" >&2
       if [[ -n "$RATE" ]]; then
-        ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$RATE" burst 64kb latency 5ms
+        ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$RATE" burst 64kb latency 50ms
       fi
     fi
   fi
