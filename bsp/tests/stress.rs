@@ -8,6 +8,7 @@ use rand::{Rng, SeedableRng};
 #[test]
 fn all_to_all_flood_with_tiny_budget() {
     for schedule in [Schedule::LatinSquare, Schedule::Naive, Schedule::Eager] {
+        let t0 = std::time::Instant::now();
         let mut cfg = Config::new("flood");
         cfg.budget = 4096;
         cfg.big_threshold = 2048;
@@ -59,5 +60,6 @@ fn all_to_all_flood_with_tiny_budget() {
         for (i, x) in r.into_iter().enumerate() {
             x.unwrap_or_else(|e| panic!("{schedule:?} process {i}: {e} (seed {seed})"));
         }
+        eprintln!("{schedule:?}: {:?}", t0.elapsed());
     }
 }

@@ -59,6 +59,7 @@ impl Wire {
                 drive_ended: None,
                 first_lost: None,
                 progress_parked: false,
+                progress_wanted: false,
             }),
             cv: Condvar::new(),
             park_cv: Condvar::new(),
@@ -118,6 +119,10 @@ impl Wire {
                 let _ = self.engine.lock().round(true);
             });
         } else {
+            if st.progress_parked {
+                st.progress_wanted = true;
+                self.shared.park_cv.notify_all();
+            }
             self.shared.cv.wait(st);
         }
     }

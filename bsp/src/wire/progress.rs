@@ -107,6 +107,9 @@ pub(crate) struct State {
     pub(crate) first_lost: Option<(usize, String)>,
     /// The progress thread is waiting on the condvar, not in poll.
     pub(crate) progress_parked: bool,
+    /// A caller outside `sync` is blocked on the progress thread (budget):
+    /// stop lingering.
+    pub(crate) progress_wanted: bool,
 }
 
 pub(crate) struct Shared {
@@ -351,12 +354,16 @@ impl Progress {
             // sleeping, yielding the core between tries) before it sleeps:
             // a sleep/wake-up pair costs more than a small message's whole
             // trip over loopback. The progress thread never spins.
+            // If the optimistic writes already freed budget, do not block in
+            // poll: end the round and publish, someone may be waiting for it.
+            let timeout = if round.written_bytes > 0 || round.borrowed_done > 0 { 0 } else { timeout };
             let spin_until = spin.then(|| Instant::now() + self.spin);
             let rc = loop {
-                let t = if spin_until.is_some_and(|u| Instant::now() < u) { 0 } else { timeout };
+                let spinning = timeout != 0 && spin_until.is_some_and(|u| Instant::now() < u);
+                let t = if spinning { 0 } else { timeout };
                 // SAFETY: `fds` is a live, correctly sized array of pollfd.
                 let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, t) };
-                if rc != 0 || t != 0 {
+                if rc != 0 || !spinning {
                     break rc;
                 }
                 std::thread::yield_now();
@@ -564,6 +571,9 @@ pub(crate) fn run_thread(engine: Arc<Mutex<Progress>>, shared: Arc<Shared>) {
             st.progress_parked = true;
             loop {
                 if st.stop_now || st.stopping {
+                    break;
+                }
+                if std::mem::take(&mut st.progress_wanted) && !st.user_driving {
                     break;
                 }
                 if st.user_driving {
