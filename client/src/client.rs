@@ -215,7 +215,7 @@ impl Client {
     /// Reads the committed state of a block without taking a lock (for
     /// export and verification, when no job writes the matrix).
     pub async fn read_block_committed(&self, matrix: Uuid, i: u32, j: u32) -> Result<BlockData> {
-        get_block(&self.rpc, 0, matrix, i, j).await
+        get_block(&self.rpc, 0, matrix, i, j, false).await
     }
 
     /// Reads the committed state of a small object without a lock.
@@ -246,7 +246,7 @@ impl Client {
 
     /// Test hook (node started with `--test-hooks`): damages a stored block.
     pub async fn corrupt_block_for_test(&self, matrix: Uuid, i: u32, j: u32) -> Result<()> {
-        let r = proto::BlockRef { action: 0, matrix: matrix.as_bytes().to_vec().into(), i, j };
+        let r = proto::BlockRef { action: 0, matrix: matrix.as_bytes().to_vec().into(), i, j, for_update: false };
         self.rpc.clone().corrupt_block_for_test(r).await?;
         Ok(())
     }
@@ -348,7 +348,12 @@ impl Action {
 
     /// Reads a block under a read lock.
     pub async fn get_block(&self, matrix: Uuid, i: u32, j: u32) -> Result<BlockData> {
-        get_block(&self.rpc, self.id, matrix, i, j).await
+        get_block(&self.rpc, self.id, matrix, i, j, false).await
+    }
+
+    /// Reads a block under a write lock, to overwrite it next (in place).
+    pub async fn get_block_for_update(&self, matrix: Uuid, i: u32, j: u32) -> Result<BlockData> {
+        get_block(&self.rpc, self.id, matrix, i, j, true).await
     }
 
     /// Writes a block under an overwrite lock; visible at top-level commit.
@@ -418,8 +423,8 @@ async fn read_small(rpc: &Rpc, action: u64, key: &str, mode: proto::LockMode) ->
     Ok(v.found.then(|| v.value.to_vec()))
 }
 
-async fn get_block(rpc: &Rpc, action: u64, matrix: Uuid, i: u32, j: u32) -> Result<BlockData> {
-    let req = proto::BlockRef { action, matrix: matrix.as_bytes().to_vec().into(), i, j };
+async fn get_block(rpc: &Rpc, action: u64, matrix: Uuid, i: u32, j: u32, for_update: bool) -> Result<BlockData> {
+    let req = proto::BlockRef { action, matrix: matrix.as_bytes().to_vec().into(), i, j, for_update };
     let mut stream = rpc.clone().get_block(req).await?.into_inner();
     let truncated = || StoreError::Corrupt { what: format!("block ({i}, {j}) of {matrix}: truncated transfer") };
     let first = stream.message().await?.ok_or_else(truncated)?;

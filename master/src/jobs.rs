@@ -144,6 +144,16 @@ pub(crate) async fn submit_spec(client: &Client, spec: JobSpec) -> anyhow::Resul
     };
     let result = async {
         let plan = plan(&spec)?;
+        if let JobSpec::Cholesky { l, .. } = &spec {
+            // L's upper blocks are zero and no task writes them.
+            let ids = apps::cholesky::upper_zero_blocks(l).map(|b| (b.i, b.j)).collect();
+            let bar = crate::progress::bar(false, 0, "");
+            crate::matrix::fill(client, &std::sync::Arc::new(l.clone()), ids, &bar, |mm, i, j| {
+                let (r, c) = mm.block_shape(i, j);
+                Ok(apps::block::Block::zeros(r, c))
+            })
+            .await?;
+        }
         let record = JobRecord {
             bags: plan.bags.iter().map(|b| b.name.clone()).collect(),
             n_tasks: plan.bags.iter().map(|b| b.tasks.len()).collect(),
@@ -389,5 +399,5 @@ pub(crate) struct JobArg {
 }
 
 pub(crate) async fn slaves(client: &Client) -> anyhow::Result<usize> {
-    Ok(client.list_sessions().await?.iter().filter(|s| s.client_name.starts_with("slave")).count())
+    Ok(client.list_sessions().await?.iter().filter(|s| !s.client_name.starts_with("master")).count())
 }

@@ -135,7 +135,8 @@ pub(crate) async fn create(
     let m = client.create_matrix(name, rows, cols, block).await?;
     let mm = Arc::new(meta(&m));
     let bar = crate::progress::bar(progress, (mm.block_rows() * mm.block_cols()) as u64, "generating blocks");
-    let result = fill(client, &mm, &bar, move |mm, i, j| Ok(generate_block(kind, seed, mm, i, j))).await;
+    let ids = mm.blocks().map(|b| (b.i, b.j)).collect();
+    let result = fill(client, &mm, ids, &bar, move |mm, i, j| Ok(generate_block(kind, seed, mm, i, j))).await;
     bar.finish_and_clear();
     if let Err(e) = result {
         let _ = client.delete_matrix(m.id).await;
@@ -144,15 +145,15 @@ pub(crate) async fn create(
     Ok(m)
 }
 
-/// Writes every block of `mm`, each in its own committed action.
-async fn fill(
+/// Writes blocks `ids` of `mm`, each in its own committed action.
+pub(crate) async fn fill(
     client: &Client,
     mm: &Arc<apps::block::MatrixMeta>,
+    ids: Vec<(u32, u32)>,
     bar: &indicatif::ProgressBar,
     make: impl Fn(&apps::block::MatrixMeta, u32, u32) -> anyhow::Result<apps::block::Block> + Send + Sync + Clone + 'static,
 ) -> anyhow::Result<()> {
     let session = client.open_session("master").await?;
-    let ids: Vec<(u32, u32)> = mm.blocks().map(|b| (b.i, b.j)).collect();
     let mut puts = futures::stream::iter(ids)
         .map(|(i, j)| {
             let (session, mm, make) = (session.clone(), mm.clone(), make.clone());
@@ -180,7 +181,8 @@ pub(crate) async fn import(client: &Client, name: &str, file: &PathBuf, block: u
     let mm = Arc::new(meta(&m));
     let f = Arc::new(f);
     let bar = crate::progress::bar(true, (mm.block_rows() * mm.block_cols()) as u64, "importing blocks");
-    let result = fill(client, &mm, &bar, move |mm, i, j| {
+    let ids = mm.blocks().map(|b| (b.i, b.j)).collect();
+    let result = fill(client, &mm, ids, &bar, move |mm, i, j| {
         let (rows, cols) = mm.block_shape(i, j);
         let (r0, c0) = (mm.row_offset(i), mm.col_offset(j));
         let mut b = apps::block::Block::zeros(rows, cols);

@@ -37,6 +37,11 @@ impl TaskCtx for StoreCtx<'_> {
         Ok(Block { rows: b.rows, cols: b.cols, data: b.data })
     }
 
+    fn read_block_for_update(&mut self, id: BlockId) -> Result<Block, CtxError> {
+        let b = self.rt.block_on(self.action.get_block_for_update(id.matrix.0, id.i, id.j)).map_err(ctx_error)?;
+        Ok(Block { rows: b.rows, cols: b.cols, data: b.data })
+    }
+
     fn write_block(&mut self, id: BlockId, block: &Block) -> Result<(), CtxError> {
         let data = BlockData { rows: block.rows, cols: block.cols, data: block.data.clone() };
         self.rt.block_on(self.action.put_block(id.matrix.0, id.i, id.j, data)).map_err(ctx_error)

@@ -105,16 +105,21 @@ impl Node {
         Ok(())
     }
 
-    /// Reads a block: under a read lock inside `action` (its own tentative
+    /// Reads a block: under a read (or, `mode`, write) lock inside `action` (its own tentative
     /// version if it wrote one), or the committed version without a lock.
     /// Returns the stored value (header and payload), checksum verified.
-    pub(crate) async fn get_block(&self, action: Option<ActionId>, key: BlockKey) -> Result<(BlockHeader, Bytes), StoreError> {
+    pub(crate) async fn get_block(
+        &self,
+        action: Option<ActionId>,
+        key: BlockKey,
+        mode: LockMode,
+    ) -> Result<(BlockHeader, Bytes), StoreError> {
         let m = self.matrix(Some(key.matrix), "")?;
         block_shape(&m, key.i, key.j)?;
         let mut version = None;
         if let Some(a) = action {
             let k = ObjKey::Block(key);
-            self.acquire(a, &k, LockMode::Read).await?;
+            self.acquire(a, &k, mode).await?;
             version = self.lookup(a, &k)?.and_then(|t| t.staged_version());
         }
         let db = self.db.clone();

@@ -193,9 +193,14 @@ impl Node {
             let aborted = core.actions.abort_session(session);
             let n: usize = aborted.iter().map(|a| a.actions.len()).sum();
             tracing::info!(session = session.0, name = s.name, n_aborted = n, "session ended: {why}");
-            core.after_abort(aborted, true)
+            let cleanup = core.after_abort(aborted, true);
+            // Attempt counts are written under the lock: written later, one
+            // could land after a commit that deleted the element and bring
+            // it back at the next start. Orphanings are rare.
+            self.persist_queue(&cleanup.queue);
+            cleanup
         };
-        self.clean_up(cleanup);
+        self.clean_up(Cleanup { queue: Vec::new(), versions: cleanup.versions });
     }
 
     /// Ends every session whose lease has lapsed.
@@ -213,10 +218,14 @@ impl Node {
         }
     }
 
-    fn clean_up(&self, cleanup: Cleanup) {
-        if let Err(e) = self.db.apply_queue(&cleanup.queue) {
+    fn persist_queue(&self, queue: &[queue::Mutation]) {
+        if let Err(e) = self.db.apply_queue(queue) {
             tracing::error!("persisting attempt counts failed: {e}");
         }
+    }
+
+    fn clean_up(&self, cleanup: Cleanup) {
+        self.persist_queue(&cleanup.queue);
         if let Err(e) = self.db.drop_staged(&cleanup.versions) {
             tracing::warn!("dropping staged versions failed (collected at next start): {e}");
         }

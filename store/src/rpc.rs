@@ -35,6 +35,10 @@ fn status(e: StoreError) -> Status {
     e.to_status()
 }
 
+fn join_error(e: tokio::task::JoinError) -> Status {
+    status(StoreError::Storage { what: format!("request task failed: {e}") })
+}
+
 fn invalid(what: impl Into<String>) -> Status {
     status(StoreError::InvalidArgument { what: what.into() })
 }
@@ -124,7 +128,11 @@ impl Store for Rpc {
 
     async fn commit(&self, req: Request<proto::ActionRef>) -> Reply<proto::Empty> {
         let a = required_action(req.into_inner().action)?;
-        self.node.commit(a).await.map_err(status)?;
+        // Spawned: if the client vanishes mid-commit, the handler is
+        // dropped, but the commit must still finish (release locks, settle
+        // the bags) once its batch is durable.
+        let node = self.node.clone();
+        tokio::spawn(async move { node.commit(a).await }).await.map_err(join_error)?.map_err(status)?;
         Ok(Response::new(proto::Empty {}))
     }
 
@@ -185,7 +193,8 @@ impl Store for Rpc {
     async fn get_block(&self, req: Request<proto::BlockRef>) -> Reply<Self::GetBlockStream> {
         let r = req.into_inner();
         let key = BlockKey { matrix: uuid(&r.matrix)?, i: r.i, j: r.j };
-        let (h, value) = self.node.get_block(action(r.action), key).await.map_err(status)?;
+        let mode = if r.for_update { LockMode::Write } else { LockMode::Read };
+        let (h, value) = self.node.get_block(action(r.action), key, mode).await.map_err(status)?;
         let header = proto::BlockHeader {
             action: r.action,
             matrix: r.matrix,
@@ -237,7 +246,8 @@ impl Store for Rpc {
         if value.len() != total {
             return Err(invalid(format!("{key:?}: {} bytes short", total - value.len())));
         }
-        self.node.put_block(a, key, value).await.map_err(status)?;
+        let node = self.node.clone();
+        tokio::spawn(async move { node.put_block(a, key, value).await }).await.map_err(join_error)?.map_err(status)?;
         Ok(Response::new(proto::Empty {}))
     }
 
