@@ -14,6 +14,24 @@ use cblas_sys::{
     CblasNonUnit, CblasRight, CblasTrans, CblasUnit, CblasUpper, CBLAS_TRANSPOSE,
 };
 
+extern "C" {
+    // OpenBLAS's own entry point (not in cblas-sys).
+    fn openblas_set_num_threads(n: std::os::raw::c_int);
+}
+
+/// Sets the number of threads OpenBLAS uses for the calls that follow.
+///
+/// OpenBLAS reads `OPENBLAS_NUM_THREADS` once, when the library is loaded,
+/// before `main` runs: setting the variable from inside the program has no
+/// effect. A slave calls this with 1 (one slave per core); an in-core
+/// reference measurement with the number of cores.
+pub fn set_blas_threads(n: usize) {
+    let n = n.clamp(1, i32::MAX as usize) as std::os::raw::c_int;
+    // SAFETY: a plain setter of OpenBLAS's global thread count; it takes
+    // no pointers and may be called at any time outside a BLAS call.
+    unsafe { openblas_set_num_threads(n) }
+}
+
 fn tr(t: bool) -> CBLAS_TRANSPOSE {
     if t {
         CblasTrans

@@ -30,11 +30,11 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
-    // One slave per core: BLAS must not spawn threads of its own. Set
-    // before any BLAS call (OpenBLAS reads it at first use).
-    if std::env::var_os("OPENBLAS_NUM_THREADS").is_none() {
-        std::env::set_var("OPENBLAS_NUM_THREADS", "1");
-    }
+    // One slave per core: BLAS must not spawn threads of its own. OpenBLAS
+    // read OPENBLAS_NUM_THREADS when it was loaded, before main: an unset
+    // variable meant "all cores", so the count is set through its API.
+    let blas_threads = std::env::var("OPENBLAS_NUM_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    apps::kernels::set_blas_threads(blas_threads);
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
