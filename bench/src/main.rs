@@ -3,7 +3,10 @@
 //! takes `--quick` for a reduced run under a minute.
 
 mod bsp_cmd;
+mod cluster;
 mod model_cmd;
+mod ooc_cmd;
+mod raytrace_cmd;
 mod report;
 
 use clap::{Parser, Subcommand};
@@ -21,6 +24,10 @@ enum Command {
     Bsp(bsp_cmd::Args),
     /// Performance model: predictions, bounds and block-size sweeps.
     Model(model_cmd::Args),
+    /// Out-of-core matmul, Cholesky or LU on the real system vs in-core BLAS and Dask.
+    Ooc(ooc_cmd::Args),
+    /// Ray tracing with 2 slaves at several grains vs a single-process render.
+    Raytrace(raytrace_cmd::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -31,5 +38,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Bsp(args) => bsp_cmd::run(args),
         Command::Model(args) => model_cmd::run(args),
+        Command::Ooc(args) => ooc_cmd::run(args),
+        Command::Raytrace(args) => raytrace_cmd::run(args),
     }
 }
