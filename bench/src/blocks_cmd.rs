@@ -1,0 +1,272 @@
+//! `bench blocks`: block put and get throughput through the store node,
+//! as a ratio to writing and reading the same bytes with a plain file on
+//! the same filesystem in the same run.
+//!
+//! For each block side b, K blocks of b×b f64 (about `--mib` MiB in all):
+//! - raw put: append each block to one file, `fdatasync` after each (one
+//!   sync per block, as the store syncs once per commit; the strictest
+//!   file baseline: no per-block file creation, no directory sync);
+//! - store put: per block `begin; put_block; commit` (commit = one synced
+//!   RocksDB batch) from one client over loopback gRPC;
+//! - then the node is restarted (shutdown flushes the memtables), so every
+//!   store read comes from BlobDB blob files, never from a memtable;
+//! - gets, twice: **warm** (both sides read through the page cache, as just
+//!   written) and **cold** (`/proc/sys/vm/drop_caches` before each side's
+//!   pass; on a VM the host may still cache, so "cold" is the guest's view).
+//!   raw get: `pread` each block into a fresh `Vec<f64>`; store get: one
+//!   action, `get_block` of each block under a read lock (checksum checked
+//!   on the node and again in the client), into the fresh `Vec<f64>` the
+//!   client returns.
+//!
+//! Timers cover only the operations (not building the data). Each side
+//! runs `reps` times, alternating with the other, and keeps its best pass:
+//! the machine is shared, and the best pass is the least disturbed one.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::json;
+use store_client::{BlockData, Client};
+
+use crate::report::Figure;
+use crate::store_node::InProcess;
+
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// Reduced run, under a minute (less data per size, one pass per side).
+    #[arg(long)]
+    quick: bool,
+    /// Block sides b (blocks of b×b f64).
+    #[arg(long, value_delimiter = ',', default_value = "256,1024,2048")]
+    sizes: Vec<u32>,
+    /// Data per block size and pass, MiB (default 512, quick 96); at
+    /// least 2 blocks.
+    #[arg(long)]
+    mib: Option<usize>,
+    /// Passes per side and operation; the best is kept (default 2, quick 1).
+    #[arg(long)]
+    reps: Option<usize>,
+    /// Skip the cold-cache reads (they need root to write
+    /// /proc/sys/vm/drop_caches, and slow down everything else on the machine).
+    #[arg(long)]
+    no_cold: bool,
+    /// Directory on the disk to measure: the store's data and the raw file
+    /// go in fresh subdirectories of it (default: the system temp directory).
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+}
+
+const TARGET_PUT: f64 = 0.5;
+const TARGET_GET: f64 = 0.6;
+const MIB: f64 = (1 << 20) as f64;
+
+pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    let mib = args.mib.unwrap_or(if args.quick { 96 } else { 512 });
+    let reps = args.reps.unwrap_or(if args.quick { 1 } else { 2 }).max(1);
+    let mut node = InProcess::start(args.dir.as_deref())?;
+    let raw_dir = match &args.dir {
+        Some(d) => tempfile::Builder::new().prefix("bench-raw-").tempdir_in(d),
+        None => tempfile::Builder::new().prefix("bench-raw-").tempdir(),
+    }
+    .context("creating the raw file's directory")?;
+    let cold = !args.no_cold && drop_caches().is_ok();
+    if !args.no_cold && !cold {
+        eprintln!("blocks bench: cannot write /proc/sys/vm/drop_caches (not root?): cold reads skipped");
+    }
+    eprintln!(
+        "blocks bench: store data {}, raw file in {}, {mib} MiB per size, best of {reps}",
+        node.data_dir().display(),
+        raw_dir.path().display()
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let run_id = std::process::id();
+    for &b in &args.sizes {
+        if b == 0 || b > store::MAX_BLOCK {
+            bail!("--sizes: a block side must be in 1..={}", store::MAX_BLOCK);
+        }
+        let block_bytes = b as usize * b as usize * 8;
+        let k = (mib << 20).div_ceil(block_bytes).max(2);
+        let total = (k * block_bytes) as f64;
+        let data = block_data(b as usize);
+        let raw_path = raw_dir.path().join(format!("raw-{b}.bin"));
+
+        // ---- puts, alternating sides ----
+        let client = rt.block_on(Client::connect(&node.addr(), None))?;
+        let m = rt.block_on(client.create_matrix(&format!("bench-blocks-{run_id}-{b}"), b as u64, b as u64 * k as u64, b))?;
+        let (mut raw_put, mut store_put) = (Duration::MAX, Duration::MAX);
+        for _ in 0..reps {
+            raw_put = raw_put.min(raw_write(&raw_path, &data, k)?);
+            store_put = store_put.min(rt.block_on(store_write(&client, m.id, b, &data, k))?);
+        }
+        drop(client);
+        node.restart()?;
+        let client = rt.block_on(Client::connect(&node.addr(), None))?;
+
+        // ---- gets: warm (page cache) then cold ----
+        let mut gets = Vec::new();
+        let mut caches = vec!["warm"];
+        if cold {
+            caches.push("cold");
+        }
+        for cache in caches {
+            let (mut raw_get, mut store_get) = (Duration::MAX, Duration::MAX);
+            for _ in 0..reps {
+                if cache == "warm" {
+                    // Bring both sides fully into the page cache first.
+                    raw_read(&raw_path, b as usize, k)?;
+                    rt.block_on(store_read(&client, m.id, b, k))?;
+                } else {
+                    drop_caches()?;
+                }
+                raw_get = raw_get.min(raw_read(&raw_path, b as usize, k)?);
+                if cache == "cold" {
+                    drop_caches()?;
+                }
+                store_get = store_get.min(rt.block_on(store_read(&client, m.id, b, k))?);
+            }
+            gets.push((cache, raw_get, store_get));
+        }
+        drop(client);
+        std::fs::remove_file(&raw_path).ok();
+
+        let rate = |d: Duration| total / MIB / d.as_secs_f64();
+        let r2 = |x: f64| (x * 100.0).round() / 100.0;
+        let r1 = |x: f64| (x * 10.0).round() / 10.0;
+        let common = |v: Vec<(&'static str, serde_json::Value)>| {
+            let mut e = vec![("b", json!(b)), ("blocks", json!(k)), ("mib", json!(r1(total / MIB)))];
+            e.extend(v);
+            e
+        };
+        Figure {
+            name: "blocks.put_ratio",
+            value: r2(rate(store_put) / rate(raw_put)),
+            unit: "ratio",
+            target: Some(TARGET_PUT),
+            extra: common(vec![
+                ("store_mib_s", json!(r1(rate(store_put)))),
+                ("raw_mib_s", json!(r1(rate(raw_put)))),
+                ("what", json!("store: begin+put_block+commit(synced) per block; raw: append+fdatasync per block")),
+            ]),
+        }
+        .print();
+        for (cache, raw_get, store_get) in gets {
+            let source = if cache == "warm" {
+                "both from the page cache (store: blob files after a flush, no memtable)"
+            } else {
+                "both after drop_caches (store: blob files from disk)"
+            };
+            Figure {
+                name: "blocks.get_ratio",
+                value: r2(rate(store_get) / rate(raw_get)),
+                unit: "ratio",
+                target: Some(TARGET_GET),
+                extra: common(vec![
+                    ("cache", json!(cache)),
+                    ("store_mib_s", json!(r1(rate(store_get)))),
+                    ("raw_mib_s", json!(r1(rate(raw_get)))),
+                    ("what", json!(source)),
+                ]),
+            }
+            .print();
+        }
+    }
+    drop(rt);
+    node.stop()
+}
+
+/// A block of distinct values (nothing compresses or dedups).
+fn block_data(b: usize) -> Vec<f64> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..b * b)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64
+        })
+        .collect()
+}
+
+fn as_bytes(v: &[f64]) -> &[u8] {
+    bytemuck::cast_slice(v)
+}
+
+/// Appends k blocks to a fresh file, `fdatasync` after each; returns the time.
+fn raw_write(path: &Path, data: &[f64], k: usize) -> anyhow::Result<Duration> {
+    let mut f = OpenOptions::new().create(true).write(true).truncate(true).open(path)?;
+    f.sync_all()?;
+    let mut t = Duration::ZERO;
+    for _ in 0..k {
+        let t0 = Instant::now();
+        f.write_all(as_bytes(data))?;
+        f.sync_data()?;
+        t += t0.elapsed();
+    }
+    Ok(t)
+}
+
+/// Reads the k blocks back, each into a fresh `Vec<f64>`; returns the time.
+fn raw_read(path: &Path, b: usize, k: usize) -> anyhow::Result<Duration> {
+    let f = File::open(path)?;
+    let len = b * b * 8;
+    let mut sum = 0.0;
+    let t0 = Instant::now();
+    for j in 0..k {
+        let mut v = vec![0f64; b * b];
+        f.read_exact_at(bytemuck::cast_slice_mut(&mut v), (j * len) as u64)?;
+        sum += v[v.len() / 2];
+    }
+    let t = t0.elapsed();
+    std::hint::black_box(sum);
+    Ok(t)
+}
+
+/// Writes blocks (0, j), each in its own committed action; returns the time
+/// of the operations only (the copy of the input block is outside it).
+async fn store_write(client: &Client, matrix: uuid::Uuid, b: u32, data: &[f64], k: usize) -> anyhow::Result<Duration> {
+    let session = client.open_session("bench-blocks").await?;
+    let mut t = Duration::ZERO;
+    for j in 0..k {
+        let block = BlockData { rows: b as usize, cols: b as usize, data: data.to_vec() };
+        let t0 = Instant::now();
+        let action = session.begin().await?;
+        action.put_block(matrix, 0, j as u32, block).await?;
+        action.commit().await?;
+        t += t0.elapsed();
+    }
+    Ok(t)
+}
+
+/// Reads blocks (0, j) inside one action under read locks; returns the time.
+async fn store_read(client: &Client, matrix: uuid::Uuid, b: u32, k: usize) -> anyhow::Result<Duration> {
+    let session = client.open_session("bench-blocks").await?;
+    let t0 = Instant::now();
+    let action = session.begin().await?;
+    let mut sum = 0.0;
+    for j in 0..k {
+        let block = action.get_block(matrix, 0, j as u32).await?;
+        if block.rows != b as usize || block.cols != b as usize {
+            bail!("block (0, {j}) came back {}x{}", block.rows, block.cols);
+        }
+        sum += block.data[block.data.len() / 2];
+    }
+    action.commit().await?;
+    let t = t0.elapsed();
+    std::hint::black_box(sum);
+    Ok(t)
+}
+
+/// Writes dirty pages back, then drops the page cache (and dentries and
+/// inodes), so the next read comes from the disk.
+fn drop_caches() -> anyhow::Result<()> {
+    let ok = std::process::Command::new("sync").status().context("running sync")?.success();
+    if !ok {
+        bail!("sync failed");
+    }
+    std::fs::write("/proc/sys/vm/drop_caches", "3\n").context("writing /proc/sys/vm/drop_caches")?;
+    Ok(())
+}
