@@ -4,8 +4,11 @@
 
 mod blocks_cmd;
 mod bsp_cmd;
+mod cluster;
 mod model_cmd;
 mod queue_cmd;
+mod ooc_cmd;
+mod raytrace_cmd;
 mod report;
 mod store_node;
 
@@ -28,6 +31,10 @@ enum Command {
     Queue(queue_cmd::Args),
     /// Block put/get throughput through the store node, as a ratio to a plain file.
     Blocks(blocks_cmd::Args),
+    /// Out-of-core matmul, Cholesky or LU on the real system vs in-core BLAS and Dask.
+    Ooc(ooc_cmd::Args),
+    /// Ray tracing with 2 slaves at several grains vs a single-process render.
+    Raytrace(raytrace_cmd::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,5 +47,7 @@ fn main() -> anyhow::Result<()> {
         Command::Model(args) => model_cmd::run(args),
         Command::Queue(args) => queue_cmd::run(args),
         Command::Blocks(args) => blocks_cmd::run(args),
+        Command::Ooc(args) => ooc_cmd::run(args),
+        Command::Raytrace(args) => raytrace_cmd::run(args),
     }
 }
