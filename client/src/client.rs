@@ -297,6 +297,20 @@ impl Session {
     }
 }
 
+/// Reads blocks inside an action; see [`Action::block_reader`].
+#[derive(Clone)]
+pub struct BlockReader {
+    rpc: Rpc,
+    action: u64,
+}
+
+impl BlockReader {
+    /// Reads a block under a read lock of the action.
+    pub async fn get_block(&self, matrix: Uuid, i: u32, j: u32) -> Result<BlockData> {
+        get_block(&self.rpc, self.action, matrix, i, j, false).await
+    }
+}
+
 /// A running action. Every call names it; once it is aborted on the node
 /// (orphaned, say) every call fails with `ActionAborted`.
 pub struct Action {
@@ -349,6 +363,13 @@ impl Action {
     /// Reads a block under a read lock.
     pub async fn get_block(&self, matrix: Uuid, i: u32, j: u32) -> Result<BlockData> {
         get_block(&self.rpc, self.id, matrix, i, j, false).await
+    }
+
+    /// A handle that reads blocks under read locks of this action from
+    /// other tasks, so a slave can fetch the next blocks while it computes.
+    /// Reads through it after the action ended fail with `ActionAborted`.
+    pub fn block_reader(&self) -> BlockReader {
+        BlockReader { rpc: self.rpc.clone(), action: self.id }
     }
 
     /// Reads a block under a write lock, to overwrite it next (in place).

@@ -2,19 +2,58 @@
 //! task's atomic action. Runs on a blocking thread (the kernels are long
 //! BLAS calls) and drives the async client with `Handle::block_on`.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use apps::block::{Block, BlockId};
 use apps::ctx::{CtxError, TaskCtx};
 use store_client::{Action, BlockData, Client, StoreError};
 use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
 use uuid::Uuid;
+
+/// Blocks fetched ahead of the task. Two: a matmul task's next pair
+/// `A(i,k+1), B(k+1,j)` streams in while dgemm runs on the current pair, so
+/// the slave waits on no transfer after the first and holds at most five
+/// blocks (accumulator, the current pair, the next pair).
+const PREFETCH_BLOCKS: usize = 2;
 
 pub(crate) struct StoreCtx<'a> {
     pub(crate) rt: Handle,
     pub(crate) client: &'a Client,
     pub(crate) action: &'a Action,
     pub(crate) job: Uuid,
+    pub(crate) prefetch: Prefetch,
+}
+
+/// The task's announced reads ([`TaskCtx::prefetch`]): those not yet
+/// started, and up to [`PREFETCH_BLOCKS`] transfers running on the runtime
+/// (under the task's own action, so they take the same read locks the task
+/// would take a little later).
+#[derive(Default)]
+pub(crate) struct Prefetch {
+    queued: VecDeque<BlockId>,
+    running: VecDeque<(BlockId, JoinHandle<Result<BlockData, StoreError>>)>,
+}
+
+impl Drop for Prefetch {
+    // A task that fails midway must not leave transfers holding memory.
+    fn drop(&mut self) {
+        for (_, h) in &self.running {
+            h.abort();
+        }
+    }
+}
+
+impl StoreCtx<'_> {
+    fn top_up(&mut self) {
+        while self.prefetch.running.len() < PREFETCH_BLOCKS {
+            let Some(id) = self.prefetch.queued.pop_front() else { break };
+            let reader = self.action.block_reader();
+            let h = self.rt.spawn(async move { reader.get_block(id.matrix.0, id.i, id.j).await });
+            self.prefetch.running.push_back((id, h));
+        }
+    }
 }
 
 pub(crate) fn ctx_error(e: StoreError) -> CtxError {
@@ -33,8 +72,28 @@ impl TaskCtx for StoreCtx<'_> {
     }
 
     fn read_block(&mut self, id: BlockId) -> Result<Block, CtxError> {
-        let b = self.rt.block_on(self.action.get_block(id.matrix.0, id.i, id.j)).map_err(ctx_error)?;
+        // A block read out of the announced order (or never announced) is
+        // fetched directly; the announced ones keep streaming.
+        let b = if let Some(pos) = self.prefetch.running.iter().position(|(r, _)| *r == id) {
+            let (_, h) = self.prefetch.running.remove(pos).expect("position is in range");
+            self.top_up();
+            self.rt
+                .block_on(h)
+                .map_err(|e| ctx_error(StoreError::StoreUnavailable { what: format!("prefetch task failed: {e}") }))?
+                .map_err(ctx_error)?
+        } else {
+            if let Some(pos) = self.prefetch.queued.iter().position(|q| *q == id) {
+                self.prefetch.queued.remove(pos);
+            }
+            self.rt.block_on(self.action.get_block(id.matrix.0, id.i, id.j)).map_err(ctx_error)?
+        };
         Ok(Block { rows: b.rows, cols: b.cols, data: b.data })
+    }
+
+    fn prefetch(&mut self, ids: &[BlockId]) -> Result<(), CtxError> {
+        self.prefetch.queued.extend(ids.iter().copied());
+        self.top_up();
+        Ok(())
     }
 
     fn read_block_for_update(&mut self, id: BlockId) -> Result<Block, CtxError> {

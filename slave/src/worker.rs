@@ -135,9 +135,12 @@ impl Slave {
         let rt = tokio::runtime::Handle::current();
         let (client, spec) = (self.client.clone(), job.spec.clone());
         let (outcome, action, task) = tokio::task::spawn_blocking(move || {
-            let mut ctx = StoreCtx { rt, client: &client, action: &action, job: spec.job() };
+            let mut ctx = StoreCtx { rt, client: &client, action: &action, job: spec.job(), prefetch: Default::default() };
             let tries = task.attempts + task.returns;
             let outcome = run_task(&spec, &task.payload, tries, &mut ctx);
+            // Ends any prefetch the task announced but never read, before
+            // the action commits or aborts.
+            drop(ctx);
             (outcome, action, task)
         })
         .await
