@@ -20,6 +20,9 @@ use crate::StoreError;
 /// Blocks travel in chunks of this size: far below any message limit, big
 /// enough that per-message costs vanish.
 pub const CHUNK_BYTES: usize = 1 << 20;
+/// HTTP/2 frames either side accepts, larger than a chunk message, so a
+/// chunk travels in one DATA frame instead of h2's default 16 KiB frames.
+pub const MAX_FRAME_BYTES: u32 = 4 << 20;
 /// Largest message either side accepts.
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 

@@ -31,7 +31,7 @@ pub mod proto {
     tonic::include_proto!("store.v1");
 }
 
-pub use client::{Action, BagStats, BlockData, BlockReader, Client, Dequeue, MatrixInfo, Session, Task, CHUNK_BYTES, MAX_MESSAGE_BYTES};
+pub use client::{Action, BagStats, BlockData, BlockReader, Client, Dequeue, MatrixInfo, Session, Task, CHUNK_BYTES, MAX_FRAME_BYTES, MAX_MESSAGE_BYTES};
 pub use error::StoreError;
 
 /// The default address of a store node.

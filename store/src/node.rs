@@ -271,14 +271,9 @@ impl Node {
             let q = core.bags.prepare_commit(action);
             (set.writes, q)
         };
-        let node = self.clone();
         let (writes, q) = prepared;
-        let (result, writes) = tokio::task::spawn_blocking(move || {
-            let r = node.db.commit(&writes, &q);
-            (r, writes)
-        })
-        .await
-        .map_err(|e| StoreError::Storage { what: format!("commit task failed: {e}") })?;
+        let staged: Vec<Uuid> = writes.iter().filter_map(|(_, t)| t.staged_version()).collect();
+        let result = self.db.commit(writes, q).await;
         {
             let mut core = self.core();
             let woken = core.actions.finish_commit(action);
@@ -289,8 +284,7 @@ impl Node {
         }
         if let Err(e) = &result {
             tracing::error!(action = action.0, "commit failed, action aborted: {e}");
-            let versions = writes.iter().filter_map(|(_, t)| t.staged_version()).collect();
-            self.clean_up(Cleanup { queue: Vec::new(), versions });
+            self.clean_up(Cleanup { queue: Vec::new(), versions: staged });
         }
         result
     }
