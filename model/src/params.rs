@@ -129,6 +129,23 @@ pub struct Params {
     /// 512² pixels in 1130 s (§4.8.2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ray_pixel_rate: Option<f64>,
+    /// Extension: seconds every task pays whatever its blocks: the slave's
+    /// begin, dequeue, task-done record and commit round trips and the
+    /// store's synced commit (measured by `bench params` as an empty task).
+    /// The thesis folded this into the thresholds of `Dget`/`Dput`; with
+    /// today's fast kernels and small blocks it is a visible share of a
+    /// task. Charged half at the store (serialised, [`crate::schedule::TaskCost::disk`])
+    /// and half at the slave, see [`crate::schedule::Step::with_task_overhead`].
+    /// Absent: 0, the thesis's model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_overhead: Option<f64>,
+    /// Extension: seconds from a job's submission until its first task
+    /// starts and after its last commit until the job is recorded finished
+    /// (idle slaves poll for new jobs; the last slave writes the finished
+    /// record). Added once to every time the model predicts. Measured by
+    /// `bench params` as the run time of a job of one empty task. Absent: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_latency: Option<f64>,
 }
 
 /// MB as the thesis uses it: 10⁶ bytes.
@@ -169,6 +186,8 @@ impl Params {
             disk_put_cached: None,
             bsp: None,
             ray_pixel_rate: None,
+            task_overhead: None,
+            job_latency: None,
         }
     }
 
@@ -253,6 +272,16 @@ impl Params {
                 }
             }
         }
+        for (name, v) in [("task_overhead", self.task_overhead), ("job_latency", self.job_latency)] {
+            let Some(t) = v else { continue };
+            if !(t.is_finite() && t >= 0.0) {
+                return Err(ParamsError::Invalid {
+                    name: name.into(),
+                    value: t,
+                    reason: "must be finite and >= 0",
+                });
+            }
+        }
         if let Some(r) = self.ray_pixel_rate {
             if !(r.is_finite() && r > 0.0) {
                 return Err(ParamsError::Invalid {
@@ -295,6 +324,8 @@ mod tests {
         let mut p = Params::thesis_hp().with_add_rate(1.6e6);
         p.bsp = Some(Bsp { g: 1e-9, l: 1e-5 });
         p.disk_get_cached = Some(Piecewise::new(1e9, 0.0));
+        p.task_overhead = Some(2.5e-3);
+        p.job_latency = Some(0.2);
         let text = p.to_toml_string().unwrap();
         assert_eq!(Params::from_toml_str(&text).unwrap(), p);
     }

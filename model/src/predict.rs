@@ -136,13 +136,13 @@ enum Shape {
 fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown: f64) -> Result<Shape, ModelError> {
     let p = n.div_ceil(b);
     if app == App::Raytrace {
-        return Ok(Shape::Steps(raytrace::steps(params, n, b, options, slowdown)));
+        return Ok(with_overhead(Shape::Steps(raytrace::steps(params, n, b, options, slowdown)), params));
     }
     let mut t = Primitives::square(params, b, options)?.slowed(slowdown);
     if let App::Cholesky(_) = app {
         t = cholesky::with_caching(&t, options.cholesky_caching, p, n, b, options.slaves);
     }
-    Ok(match app {
+    let shape = match app {
         App::Matmul => Shape::Steps(matmul::steps(&t, p, b, options)),
         App::Lu { pivot } => Shape::Steps(lu::steps(&t, p, pivot)),
         App::Cholesky(v @ (Variant::MultiStep1 | Variant::MultiStep2)) => Shape::Steps(cholesky::steps(&t, p, v)),
@@ -151,7 +151,25 @@ fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown:
             Shape::Graph(t, all, v)
         }
         App::Raytrace => unreachable!("handled above"),
-    })
+    };
+    Ok(with_overhead(shape, params))
+}
+
+/// Share of the per-task overhead serialised at the store node (see
+/// [`Step::with_task_overhead`]): `bench params` measures an empty task
+/// with one client; half of its time is the node's (request handling and
+/// the synced commit), half the client's round trips.
+pub const TASK_OVERHEAD_STORE_SHARE: f64 = 0.5;
+
+/// Adds `Params::task_overhead` to every task (extension; nothing when the
+/// parameter is absent). The dag's critical path is left without it.
+fn with_overhead(shape: Shape, params: &Params) -> Shape {
+    let Some(o) = params.task_overhead.filter(|&o| o > 0.0) else { return shape };
+    let add = |st: &Step| st.with_task_overhead(o, TASK_OVERHEAD_STORE_SHARE);
+    match shape {
+        Shape::Steps(steps) => Shape::Steps(steps.iter().map(add).collect()),
+        Shape::Graph(t, all, v) => Shape::Graph(t, add(&all), v),
+    }
 }
 
 impl Shape {
@@ -218,6 +236,15 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
         App::Lu { .. } => lu::memory_per_slave(b, options),
         App::Raytrace => raytrace::memory_per_slave(n, b, options),
     };
+    // Extension: the job's fixed start and finish latency, once per run.
+    let latency = params.job_latency.unwrap_or(0.0);
+    // Lost work on a failure is a share of the tasks' time, not the latency.
+    let t1_work = t1;
+    let (t1, t_inf, t_s) = (
+        t1 + latency,
+        Bounds { lwr: t_inf.lwr + latency, upr: t_inf.upr + latency },
+        Bounds { lwr: t_s.lwr + latency, upr: t_s.upr + latency },
+    );
     let predicted = t_s.lwr;
     let flops = app.flops(n);
     Ok(Prediction {
@@ -235,6 +262,44 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
         rate: if predicted > 0.0 { flops / predicted } else { 0.0 },
         longest_task,
         memory_per_slave,
-        recovery: recovery(t1, volumes.n_tasks, longest_task, s, predicted, options.slave_overlap),
+        recovery: recovery(t1_work, volumes.n_tasks, longest_task, s, predicted, options.slave_overlap),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The per-task overhead (extension) adds `N · overhead` to `T₁` for
+    /// every application and leaves the thesis's model unchanged when absent.
+    #[test]
+    fn task_overhead_adds_n_times_overhead_to_t1() {
+        let base = Params::thesis_fast();
+        let with = Params { task_overhead: Some(0.01), ..base.clone() };
+        for app in App::ALL {
+            let o = Options::default();
+            let a = predict(app, 1200, 300, &base, &o).unwrap();
+            let b = predict(app, 1200, 300, &with, &o).unwrap();
+            let want = a.t1 + 0.01 * a.volumes.n_tasks as f64;
+            assert!((b.t1 - want).abs() < 1e-9 * want, "{app}: {} vs {want}", b.t1);
+            // With two slaves half of it is serialised at the store: never
+            // faster than without the overhead.
+            let o2 = Options::with_slaves(2);
+            assert!(predict(app, 1200, 300, &with, &o2).unwrap().predicted >= predict(app, 1200, 300, &base, &o2).unwrap().predicted);
+        }
+    }
+
+    #[test]
+    fn job_latency_is_added_once() {
+        let base = Params::thesis_fast();
+        let with = Params { job_latency: Some(0.25), ..base.clone() };
+        for app in App::ALL {
+            for s in [1, 3] {
+                let o = Options::with_slaves(s);
+                let (a, b) = (predict(app, 1200, 300, &base, &o).unwrap(), predict(app, 1200, 300, &with, &o).unwrap());
+                assert!((b.predicted - a.predicted - 0.25).abs() < 1e-9);
+                assert!((b.t_s.upr - a.t_s.upr - 0.25).abs() < 1e-9);
+            }
+        }
+    }
 }

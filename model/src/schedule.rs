@@ -148,6 +148,30 @@ impl Step {
         }
     }
 
+    /// Extension: every task pays `overhead` seconds beyond its blocks and
+    /// kernels (begin, dequeue, task record, commit; `Params::task_overhead`).
+    /// The share `store_share` of it is serialised at the store (the commit's
+    /// synced batch and the node's handling of each request), so it is
+    /// added to `disk`; the rest is the slave's side of the round trips and
+    /// runs in parallel with other slaves, so it is added to `comp`.
+    pub fn with_task_overhead(&self, overhead: f64, store_share: f64) -> Step {
+        let share = store_share.clamp(0.0, 1.0);
+        Step {
+            classes: self
+                .classes
+                .iter()
+                .map(|c| TaskClass {
+                    count: c.count,
+                    cost: TaskCost {
+                        disk: c.cost.disk + share * overhead,
+                        comp: c.cost.comp + (1.0 - share) * overhead,
+                        ..c.cost
+                    },
+                })
+                .collect(),
+        }
+    }
+
     /// Store busy time, a lower bound on the step (3.3, 5.6, §5.4).
     pub fn store_busy(&self, ov: Overlap) -> f64 {
         let busy = if ov.server {

@@ -1,0 +1,575 @@
+//! `bench params`: measures this machine's model parameters (thesis §4.8.3,
+//! Table 4.5) through the real system and writes them as the `model`
+//! crate's TOML parameter file.
+//!
+//! * `P` (multiply), solve and factor: the slaves' own kernels
+//!   (`apps::kernels`: dgemm, dtrsm, dpotrf, dgetrf), single-threaded as a
+//!   slave runs them, over a sweep of block sizes.
+//! * `C` (network): a loopback TCP stream, request then `bytes` back, the
+//!   path a block takes between a store node and a slave on one machine.
+//! * `Dget` cold: block reads through an in-process store node right after
+//!   it was restarted with its files evicted from the page cache
+//!   (`posix_fadvise(DONTNEED)`), minus the network part.
+//! * `Dget` cached: the same blocks read again (RocksDB cache and page
+//!   cache), minus the network part. Everything the store node does beyond
+//!   moving bytes (gRPC framing, checksums, copies) lands here.
+//! * `Dput`: a block put plus the commit that makes it durable, minus a
+//!   commit of a small record (that part is per-task overhead) and minus the
+//!   network part.
+//! * Per-task overhead (extension): begin, dequeue, a small record, commit,
+//!   the round trips every task pays whatever its blocks.
+//! * Job latency (extension): submission to finished record of a job of
+//!   one empty task on a real `master serve` + one `slave` ([`job_latency`]).
+//! * Ray tracing pixel rate: the "balls" scene at [`RAY_LEVEL`], with
+//!   [`RAY_SAMPLES`]² rays per pixel, as `bench validate` renders it.
+//!
+//! Each parameter is fitted as the model's piecewise-linear form
+//! `cost(x) = max(x, threshold)/bandwidth` by least squares on log time
+//! over the sweep ([`fit`]): the threshold is where the measured time stops
+//! falling with the size.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use apps::block::Block;
+use apps::kernels;
+use model::{Params, Piecewise};
+use serde_json::json;
+use store_client::{BlockData, Client, Dequeue};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::report::Figure;
+
+/// Sphereflake level of the scene `bench params` measures and `bench
+/// validate` renders (the pixel rate depends on the scene).
+pub(crate) const RAY_LEVEL: u32 = 3;
+/// Anti-aliasing samples per side of the same scene.
+pub(crate) const RAY_SAMPLES: u32 = 2;
+
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// Reduced sweep (fewer sizes, shorter repetitions), under a minute.
+    #[arg(long)]
+    quick: bool,
+    /// Where to write the parameter file (TOML, `model::Params`).
+    #[arg(long, default_value = "params.toml")]
+    out: PathBuf,
+    /// Directory for the temporary store node's data (default: a fresh
+    /// temporary directory, removed at the end). Use a directory on the disk
+    /// the real store node will use: Dget/Dput are that disk's rates.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Free-text name written into the file (default: host name and date).
+    #[arg(long)]
+    name: Option<String>,
+    /// Skip the job-latency measurement (it starts `master serve` and one
+    /// `slave` from next to this executable).
+    #[arg(long)]
+    no_job_latency: bool,
+}
+
+/// Seconds from submission to the finished record of a job of one tiny
+/// task (a 1×1 image of one sphere) on a real cluster of one idle slave:
+/// the slaves' idle polling for new jobs and the job's bookkeeping, paid
+/// once per job whatever its size. Median of several jobs.
+fn job_latency(quick: bool) -> anyhow::Result<f64> {
+    use crate::cluster::{Cluster, ClusterConfig};
+    let c = Cluster::start(ClusterConfig { slaves: 1, ..ClusterConfig::default() })?;
+    let mut times = Vec::new();
+    for k in 0..if quick { 3 } else { 7 } {
+        let out = format!("latency-{k}");
+        let r = c.run_job(
+            &["raytrace", "--level", "0", "--width", "1", "--height", "1", "--grain", "1", "--out", &out],
+            Duration::from_secs(120),
+        )?;
+        anyhow::ensure!(r.ok(), "latency job failed: {:?}", r.failure);
+        times.push(r.seconds);
+    }
+    Ok(median(&mut times))
+}
+
+extern "C" {
+    // OpenBLAS reads OPENBLAS_NUM_THREADS when the library is loaded, before
+    // main runs, so setting the variable here would be too late.
+    fn openblas_set_num_threads(n: libc::c_int);
+}
+
+/// One measured point of a sweep: work (flop or bytes) and seconds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Point {
+    pub(crate) units: f64,
+    pub(crate) secs: f64,
+}
+
+/// Least-squares fit of `max(x, th)/bw` to the points, on log time (every
+/// size weighs the same whatever its duration). For each candidate
+/// threshold the best bandwidth is closed-form (mean of the log ratios); the
+/// threshold with the least residual wins.
+pub(crate) fn fit(points: &[Point]) -> Piecewise {
+    let pts: Vec<Point> = points.iter().copied().filter(|p| p.units > 0.0 && p.secs > 0.0).collect();
+    if pts.is_empty() {
+        return Piecewise::new(1.0, 0.0);
+    }
+    let lo = pts.iter().map(|p| p.units).fold(f64::INFINITY, f64::min);
+    let hi = pts.iter().map(|p| p.units).fold(0.0, f64::max);
+    let mut candidates = vec![0.0];
+    let steps = 80;
+    for k in 0..=steps {
+        // From a quarter of the smallest size to the largest, geometrically.
+        candidates.push(lo / 4.0 * (hi / (lo / 4.0)).powf(k as f64 / steps as f64));
+    }
+    let mut best = (f64::INFINITY, Piecewise::new(1.0, 0.0));
+    for th in candidates {
+        let logs: Vec<f64> = pts.iter().map(|p| (p.units.max(th) / p.secs).ln()).collect();
+        let log_bw = logs.iter().sum::<f64>() / logs.len() as f64;
+        let res: f64 = logs.iter().map(|l| (l - log_bw).powi(2)).sum();
+        // Prefer the smaller threshold on (near) ties: no kink unless the data asks.
+        if res < best.0 * (1.0 - 1e-9) {
+            best = (res, Piecewise::new(log_bw.exp(), th));
+        }
+    }
+    best.1
+}
+
+/// The points a fit uses: those at or above `min_units` (blocks smaller
+/// than that are not worth running: the per-task overhead dwarfs them, and
+/// kernels there do not follow one bandwidth), without anomalies: a point
+/// slower than a larger size of the same sweep (e.g. a small gRPC reply
+/// caught by a delayed ACK) is printed and left out.
+pub(crate) fn fit_range(points: &[Point], min_units: f64, what: &str) -> Piecewise {
+    let mut kept = Vec::new();
+    for (k, p) in points.iter().enumerate() {
+        if p.units < min_units {
+            continue;
+        }
+        if points[k + 1..].iter().any(|q| q.units > p.units && q.secs < p.secs) {
+            eprintln!("{what}: {:.0} units took {:.3} ms, more than a larger size: left out of the fit", p.units, p.secs * 1e3);
+            continue;
+        }
+        kept.push(*p);
+    }
+    fit(if kept.is_empty() { points } else { &kept })
+}
+
+/// Median seconds of one call of `op`, repeated until `min_secs` passed
+/// (at least 3 calls after one warm-up). `setup` builds each call's input
+/// outside the timed part.
+fn time_kernel<T>(min_secs: f64, mut setup: impl FnMut() -> T, mut op: impl FnMut(&mut T)) -> f64 {
+    let mut x = setup();
+    op(&mut x);
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < 3 || start.elapsed().as_secs_f64() < min_secs {
+        let mut x = setup();
+        let t = Instant::now();
+        op(&mut x);
+        times.push(t.elapsed().as_secs_f64());
+        if times.len() >= 10_000 {
+            break;
+        }
+    }
+    median(&mut times)
+}
+
+pub(crate) fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+fn random_block(b: usize, seed: u64) -> Block {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut blk = Block::zeros(b, b);
+    for v in blk.data.iter_mut() {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *v = ((x >> 11) as f64 / (1u64 << 53) as f64) - 0.5;
+    }
+    blk
+}
+
+/// Diagonally dominant, hence SPD when symmetric: potrf and getrf without
+/// pivoting trouble.
+fn spd_block(b: usize) -> Block {
+    let r = random_block(b, 7);
+    let mut a = Block::zeros(b, b);
+    for i in 0..b {
+        for j in 0..b {
+            let v = 0.5 * (r.get(i, j) + r.get(j, i));
+            a.set(i, j, if i == j { v + b as f64 } else { v });
+        }
+    }
+    a
+}
+
+/// Rates of the four kernels at each block size.
+struct KernelSweep {
+    multiply: Vec<Point>,
+    solve: Vec<Point>,
+    factor: Vec<Point>,
+    lu: Vec<Point>,
+}
+
+fn sweep_kernels(sizes: &[usize], min_secs: f64) -> KernelSweep {
+    let mut k = KernelSweep { multiply: vec![], solve: vec![], factor: vec![], lu: vec![] };
+    for &b in sizes {
+        let bf = b as f64;
+        let (a, bb) = (random_block(b, 1), random_block(b, 2));
+        let spd = spd_block(b);
+        let mut l = spd.clone();
+        kernels::potrf_lower(&mut l).expect("diagonally dominant block is SPD");
+        kernels::zero_strict_upper(&mut l);
+        // The multiply task body: C += A·B (dgemm with beta = 1), 2b³ flop.
+        let t_mult = time_kernel(min_secs, || random_block(b, 3), |c| kernels::gemm(1.0, &a, false, &bb, false, 1.0, c));
+        // Cholesky's panel: X·Lᵀ = B, b³ flop.
+        let t_solve = time_kernel(min_secs, || random_block(b, 4), |x| kernels::trsm_right_lower_trans(&l, x));
+        // Cholesky's diagonal block: b³/3 flop.
+        let t_chol = time_kernel(min_secs, || spd.clone(), |x| {
+            let _ = kernels::potrf_lower(x);
+        });
+        // LU's diagonal block with pivoting: 2b³/3 flop.
+        let t_lu = time_kernel(min_secs, || spd.clone(), |x| {
+            let _ = kernels::getrf(x);
+        });
+        let cube = bf * bf * bf;
+        k.multiply.push(Point { units: 2.0 * cube, secs: t_mult });
+        k.solve.push(Point { units: cube, secs: t_solve });
+        k.factor.push(Point { units: cube / 3.0, secs: t_chol });
+        k.lu.push(Point { units: 2.0 * cube / 3.0, secs: t_lu });
+        eprintln!(
+            "kernels b={b:>5}: gemm {:>7.2} Gflop/s  trsm {:>7.2}  potrf {:>7.2}  getrf {:>7.2}",
+            2.0 * cube / t_mult / 1e9,
+            cube / t_solve / 1e9,
+            cube / 3.0 / t_chol / 1e9,
+            2.0 * cube / 3.0 / t_lu / 1e9
+        );
+    }
+    k
+}
+
+/// Pixels per second of one slave rendering the validation scene.
+fn ray_rate(quick: bool) -> anyhow::Result<f64> {
+    let side = if quick { 96 } else { 192 };
+    let p = apps::raytrace::RenderParams { level: RAY_LEVEL, width: side, height: side, grain: side, samples: RAY_SAMPLES };
+    let t = Instant::now();
+    let _ = apps::raytrace::render(&p)?;
+    Ok((side * side) as f64 / t.elapsed().as_secs_f64())
+}
+
+/// Everything measured through the store node and the loopback.
+struct StoreSweep {
+    network: Vec<Point>,
+    hot_get: Vec<Point>,
+    cold_get: Vec<Point>,
+    put: Vec<Point>,
+    commit_small: f64,
+    task_overhead: f64,
+}
+
+/// Evicts every file under `dir` from the page cache (after syncing it):
+/// the next read comes from the disk, as a store node's first read after a
+/// reboot, without needing root to drop all caches.
+fn evict(dir: &Path) -> anyhow::Result<()> {
+    use std::os::fd::AsRawFd;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            evict(&path)?;
+            continue;
+        }
+        let Ok(f) = std::fs::File::open(&path) else { continue };
+        let _ = f.sync_all();
+        // SAFETY: a valid open descriptor; fadvise only drops clean pages.
+        unsafe {
+            libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+        }
+    }
+    Ok(())
+}
+
+/// A round trip over loopback TCP: 8-byte request, `bytes` back.
+async fn loopback(sizes: &[usize], reps: usize) -> anyhow::Result<Vec<Point>> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let max = *sizes.iter().max().unwrap_or(&1);
+    let server = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await?;
+        s.set_nodelay(true)?;
+        let buf = vec![7u8; max];
+        let mut req = [0u8; 8];
+        while s.read_exact(&mut req).await.is_ok() {
+            let n = u64::from_le_bytes(req) as usize;
+            s.write_all(&buf[..n.min(max)]).await?;
+        }
+        anyhow::Ok(())
+    });
+    let mut c = tokio::net::TcpStream::connect(addr).await?;
+    c.set_nodelay(true)?;
+    let mut buf = vec![0u8; max];
+    let mut out = Vec::new();
+    for &n in sizes {
+        let mut times = Vec::new();
+        for _ in 0..reps + 1 {
+            let t = Instant::now();
+            c.write_all(&(n as u64).to_le_bytes()).await?;
+            c.read_exact(&mut buf[..n]).await?;
+            times.push(t.elapsed().as_secs_f64());
+        }
+        times.remove(0);
+        out.push(Point { units: n as f64, secs: median(&mut times) });
+    }
+    drop(c);
+    let _ = server.await;
+    Ok(out)
+}
+
+async fn start_node(data: &Path) -> anyhow::Result<(store::Running, Client)> {
+    let mut config = store::Config::new(data.to_owned(), "127.0.0.1:0".parse::<SocketAddr>()?);
+    config.cache_mib = 256;
+    let node = store::start(config).await.context("starting the in-process store node")?;
+    let client = Client::connect(&node.addr().to_string(), None).await?;
+    Ok((node, client))
+}
+
+async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Result<StoreSweep> {
+    let bytes: Vec<usize> = blocks.iter().map(|b| 8 * b * b).collect();
+    let network = loopback(&bytes, if quick { 5 } else { 15 }).await?;
+
+    let (node, client) = start_node(data).await?;
+    let session = client.open_session("bench-params").await?;
+    let mut matrices = Vec::new();
+    let mut put = Vec::new();
+    let mut commit_small = Vec::new();
+    for &b in blocks {
+        // Enough blocks for a steady median, at most ~64 MB per size.
+        let budget = if quick { 16e6 } else { 64e6 };
+        let g = (((budget / (8.0 * (b * b) as f64)).sqrt().floor() as u32).clamp(2, 12)) as u64;
+        let m = client.create_matrix(&format!("bench-params-{b}"), g * b as u64, g * b as u64, b as u32).await?;
+        let mut times = Vec::new();
+        for i in 0..g as u32 {
+            for j in 0..g as u32 {
+                let blk = random_block(b, (i * 100 + j) as u64);
+                let t = Instant::now();
+                let a = session.begin().await?;
+                a.put_block(m.id, i, j, BlockData { rows: b, cols: b, data: blk.data }).await?;
+                a.commit().await?;
+                times.push(t.elapsed().as_secs_f64());
+                let t = Instant::now();
+                let a = session.begin().await?;
+                a.write_small(&format!("bench-params/commit/{b}/{i}/{j}"), &[0u8; 8]).await?;
+                a.commit().await?;
+                commit_small.push(t.elapsed().as_secs_f64());
+            }
+        }
+        put.push((b, median(&mut times)));
+        matrices.push((b, m.id, g as u32));
+    }
+    let commit_small = median(&mut commit_small);
+    let put = bytes.iter().zip(&put).map(|(&n, &(_, t))| Point { units: n as f64, secs: (t - commit_small).max(1e-7) }).collect();
+
+    // Per-task overhead: what a slave's loop pays around an empty task.
+    let bag = "bench-params/overhead";
+    let n_tasks = if quick { 50 } else { 200 };
+    let a = session.begin().await?;
+    for k in 0..n_tasks {
+        a.enqueue(bag, &(k as u64).to_le_bytes()).await?;
+    }
+    a.commit().await?;
+    let mut times = Vec::new();
+    loop {
+        let t = Instant::now();
+        let a = session.begin().await?;
+        let Dequeue::Task(task) = a.dequeue(bag, Duration::ZERO).await? else {
+            a.abort().await?;
+            break;
+        };
+        a.write_small(&format!("bench-params/done/{}", task.seq), &[1u8; 64]).await?;
+        a.commit().await?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    let task_overhead = median(&mut times);
+
+    // Cached reads: a first pass warms the caches, the second is timed.
+    let read_all = |client: Client, matrices: Vec<(usize, uuid::Uuid, u32)>| async move {
+        let session = client.open_session("bench-params-read").await?;
+        let mut out = Vec::new();
+        for (b, id, g) in matrices {
+            let mut times = Vec::new();
+            for i in 0..g {
+                for j in 0..g {
+                    let a = session.begin().await?;
+                    let t = Instant::now();
+                    let blk = a.get_block(id, i, j).await?;
+                    times.push(t.elapsed().as_secs_f64());
+                    anyhow::ensure!(blk.data.len() == b * b, "block of {} values, want {}", blk.data.len(), b * b);
+                    a.commit().await?;
+                }
+            }
+            out.push(Point { units: (8 * b * b) as f64, secs: median(&mut times) });
+        }
+        anyhow::Ok(out)
+    };
+    let _ = read_all(client.clone(), matrices.clone()).await?;
+    let hot_get = read_all(client.clone(), matrices.clone()).await?;
+    drop(session);
+    drop(client);
+    node.shutdown().await?;
+
+    // Cold: a fresh node (empty block cache) over files out of the page cache.
+    evict(data)?;
+    let (node, client) = start_node(data).await?;
+    let cold_get = read_all(client.clone(), matrices).await?;
+    drop(client);
+    node.shutdown().await?;
+    Ok(StoreSweep { network, hot_get, cold_get, put, commit_small, task_overhead })
+}
+
+/// The store's own part of a transfer: measured time minus the network
+/// part the fitted `C` gives (at least a microsecond: noise must not make
+/// a rate negative).
+fn minus_network(points: &[Point], network: &Piecewise) -> Vec<Point> {
+    points.iter().map(|p| Point { units: p.units, secs: (p.secs - network.cost(p.units)).max(1e-6) }).collect()
+}
+
+fn print_sweep(what: &str, unit: &str, scale: f64, points: &[Point], fitted: &Piecewise) {
+    for p in points {
+        eprintln!(
+            "{what:<16} {:>12.0} {unit}: {:>10.3} ms measured, {:>10.3} ms fitted",
+            p.units,
+            p.secs * 1e3,
+            fitted.cost(p.units) * 1e3
+        );
+    }
+    eprintln!("{what:<16} => bandwidth {:.1} {unit}/s x{scale:e}, threshold {:.0} {unit}", fitted.bandwidth / scale, fitted.threshold);
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    // SAFETY: plain setter of the BLAS library's thread count.
+    unsafe { openblas_set_num_threads(1) };
+    let started = Instant::now();
+    let (kernel_sizes, min_secs): (&[usize], f64) = if args.quick {
+        (&[16, 32, 64, 128, 192, 256, 384, 512], 0.05)
+    } else {
+        (&[16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024], 0.3)
+    };
+    let k = sweep_kernels(kernel_sizes, min_secs);
+    // Fitted from b = 128 up: the block sizes jobs use (see fit_range).
+    let from = |b: f64, flop_per_b3: f64| flop_per_b3 * b * b * b;
+    let multiply = fit_range(&k.multiply, from(128.0, 2.0), "multiply");
+    let solve = fit_range(&k.solve, from(128.0, 1.0), "solve");
+    let factor = fit_range(&k.factor, from(128.0, 1.0 / 3.0), "potrf");
+    let lu = fit_range(&k.lu, from(128.0, 2.0 / 3.0), "getrf");
+    print_sweep("multiply (P)", "flop", 1e9, &k.multiply, &multiply);
+    print_sweep("solve", "flop", 1e9, &k.solve, &solve);
+    print_sweep("factor (potrf)", "flop", 1e9, &k.factor, &factor);
+    print_sweep("factor (getrf)", "flop", 1e9, &k.lu, &lu);
+    let ray = ray_rate(args.quick)?;
+    eprintln!("ray tracing: {ray:.0} pixels/s (level {RAY_LEVEL}, {RAY_SAMPLES}x{RAY_SAMPLES} samples)");
+
+    let store_blocks: &[usize] = if args.quick { &[32, 64, 128, 256, 512] } else { &[16, 32, 64, 128, 256, 384, 512, 768, 1024] };
+    let tmp = tempfile::tempdir()?;
+    let data = args.data.clone().unwrap_or_else(|| tmp.path().join("store"));
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let st = rt.block_on(sweep_store(&data, store_blocks, args.quick))?;
+    // Store rates from 64² blocks (32 KiB) up, as the kernels from 128².
+    let min_bytes = 8.0 * 64.0 * 64.0;
+    let network = fit_range(&st.network, min_bytes, "network");
+    let disk_get = fit_range(&minus_network(&st.cold_get, &network), min_bytes, "get cold");
+    let disk_get_cached = fit_range(&minus_network(&st.hot_get, &network), min_bytes, "get cached");
+    let disk_put = fit_range(&minus_network(&st.put, &network), min_bytes, "put");
+    print_sweep("network (C)", "B", 1e6, &st.network, &network);
+    print_sweep("get cold", "B", 1e6, &st.cold_get, &disk_get);
+    print_sweep("get cached", "B", 1e6, &st.hot_get, &disk_get_cached);
+    print_sweep("put+commit", "B", 1e6, &st.put, &disk_put);
+    eprintln!(
+        "small commit {:.3} ms, task overhead (begin, dequeue, record, commit) {:.3} ms",
+        st.commit_small * 1e3,
+        st.task_overhead * 1e3
+    );
+
+    let latency = if args.no_job_latency { None } else { Some(job_latency(args.quick)?) };
+    if let Some(l) = latency {
+        eprintln!("job latency (submit to finished, one empty task, one idle slave): {:.3} s", l);
+    }
+
+    let host = std::fs::read_to_string("/etc/hostname").map(|s| s.trim().to_owned()).unwrap_or_else(|_| "this machine".into());
+    let params = Params {
+        name: args.name.clone().unwrap_or_else(|| {
+            format!(
+                "measured by bench params{} on {host}; kernels single-threaded; ray rate: balls level {RAY_LEVEL}, {RAY_SAMPLES}x{RAY_SAMPLES} samples",
+                if args.quick { " --quick" } else { "" }
+            )
+        }),
+        multiply,
+        solve: Some(solve),
+        // The thesis has one factor rate; Cholesky's potrf is the one the
+        // factor primitive tchol = b³/(3P) stands for. getrf is printed.
+        factor: Some(factor),
+        add: None,
+        network,
+        disk_get,
+        disk_get_cached: Some(disk_get_cached),
+        disk_put,
+        disk_put_cached: None,
+        bsp: None,
+        ray_pixel_rate: Some(ray),
+        task_overhead: Some(st.task_overhead),
+        job_latency: latency,
+    };
+    params.validate()?;
+    std::fs::write(&args.out, params.to_toml_string()?).with_context(|| format!("writing {}", args.out.display()))?;
+    eprintln!("wrote {} in {:.1} s", args.out.display(), started.elapsed().as_secs_f64());
+
+    let extra = || vec![("quick", json!(args.quick))];
+    let fig = |name: &str, value: f64, unit: &str| Figure { name, value, unit, target: None, extra: extra() }.print();
+    fig("params_multiply_rate", multiply.bandwidth / 1e6, "Mflop/s");
+    fig("params_multiply_threshold", multiply.threshold, "flop");
+    fig("params_solve_rate", solve.bandwidth / 1e6, "Mflop/s");
+    fig("params_factor_rate", factor.bandwidth / 1e6, "Mflop/s");
+    fig("params_getrf_rate", lu.bandwidth / 1e6, "Mflop/s");
+    fig("params_network_rate", network.bandwidth / 1e6, "MB/s");
+    fig("params_network_threshold", network.threshold, "B");
+    fig("params_disk_get_rate", disk_get.bandwidth / 1e6, "MB/s");
+    fig("params_disk_get_threshold", disk_get.threshold, "B");
+    fig("params_disk_get_cached_rate", disk_get_cached.bandwidth / 1e6, "MB/s");
+    fig("params_disk_put_rate", disk_put.bandwidth / 1e6, "MB/s");
+    fig("params_disk_put_threshold", disk_put.threshold, "B");
+    fig("params_task_overhead", st.task_overhead * 1e3, "ms");
+    fig("params_ray_pixel_rate", ray, "pixel/s");
+    if let Some(l) = latency {
+        fig("params_job_latency", l * 1e3, "ms");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_recovers_a_piecewise_parameter() {
+        let truth = Piecewise::new(2e9, 1e6);
+        let pts: Vec<Point> =
+            [1e4, 1e5, 1e6, 4e6, 1.6e7, 6.4e7].iter().map(|&x| Point { units: x, secs: truth.cost(x) }).collect();
+        let f = fit(&pts);
+        assert!((f.bandwidth / 2e9 - 1.0).abs() < 1e-6, "{f:?}");
+        // The grid of candidate thresholds is geometric: within a step.
+        assert!((f.threshold / 1e6 - 1.0).abs() < 0.15, "{f:?}");
+    }
+
+    #[test]
+    fn fit_without_a_kink_has_no_threshold() {
+        let pts: Vec<Point> = [1e3, 1e4, 1e5].iter().map(|&x| Point { units: x, secs: x / 5e8 }).collect();
+        let f = fit(&pts);
+        assert_eq!(f.threshold, 0.0);
+        assert!((f.bandwidth / 5e8 - 1.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,421 @@
+//! `bench validate`: runs a grid of real jobs (every application, three
+//! block sizes, one and two slaves) on a [`Cluster`] — a `master serve`
+//! store node and `slave` processes on this machine — and compares each
+//! measured time with the model's prediction from a parameter file (`bench
+//! params`), the way the thesis's Figs. 4.16–4.17 and 5.1–5.2 do.
+//!
+//! Two predictions per point:
+//! * **thesis**: the thesis's model (`Options` default but `s`), with the
+//!   measured parameters; reads at the cached rate, since the working set
+//!   of every job fits in the store node's cache (see [`warm`]).
+//! * **extended**: the same plus this implementation's costs the thesis
+//!   lacks: the per-task overhead of actions and commits
+//!   (`Params::task_overhead`), the job's start/finish latency
+//!   (`Params::job_latency`), the store node sharing the machine's cores
+//!   with the slaves (`Options::shared_cpu`), and for matmul and Cholesky
+//!   the slave's prefetch of a task's blocks while it computes
+//!   (`Options::slave_overlap`, §5.5.2).
+//!
+//! The error is `(predicted − measured) / measured`; the target is 10 %
+//! for every point (issue 6).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use model::{predict, App, Options, Params, Prediction, SharedCpu, Variant};
+use serde_json::json;
+
+use crate::cluster::{Cluster, ClusterConfig, JobResult};
+use crate::params_cmd::{RAY_LEVEL, RAY_SAMPLES};
+use crate::report::Figure;
+
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// Reduced grid (small sizes, two block sizes), under a minute.
+    #[arg(long)]
+    quick: bool,
+    /// Parameter file written by `bench params` (default ./params.toml).
+    #[arg(long, default_value = "params.toml")]
+    params: PathBuf,
+    /// Draw measured points on the predicted bands, one panel per app (PNG).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Matrix order of matmul, Cholesky and LU (default 4096, quick 1024).
+    #[arg(long)]
+    n: Option<u64>,
+    /// Image side of the ray-tracing jobs (default 1024, quick 256).
+    #[arg(long)]
+    side: Option<u64>,
+    /// Only these applications (comma separated: matmul,cholesky,lu,raytrace).
+    #[arg(long, value_delimiter = ',')]
+    apps: Vec<String>,
+    /// Also check every result (`master verify`): slower, not timed.
+    #[arg(long)]
+    verify: bool,
+    /// Cores the store node and slaves share (default: this machine's).
+    #[arg(long)]
+    cores: Option<u64>,
+    /// Write every grid point as JSON here too.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// One application's part of the grid.
+struct Case {
+    app: &'static str,
+    model: App,
+    n: u64,
+    blocks: Vec<u64>,
+}
+
+fn grid(args: &Args) -> Vec<Case> {
+    let n = args.n.unwrap_or(if args.quick { 1024 } else { 4096 });
+    let side = args.side.unwrap_or(if args.quick { 256 } else { 1024 });
+    let blocks: Vec<u64> = if args.quick { vec![256, 512] } else { vec![256, 512, 1024] };
+    let grains: Vec<u64> = if args.quick { vec![16, 64] } else { vec![8, 32, 128] };
+    let all = vec![
+        Case { app: "matmul", model: App::Matmul, n, blocks: blocks.clone() },
+        Case { app: "cholesky", model: App::Cholesky(Variant::Dag), n, blocks: blocks.clone() },
+        Case { app: "lu", model: App::Lu { pivot: false }, n, blocks },
+        Case { app: "raytrace", model: App::Raytrace, n: side, blocks: grains },
+    ];
+    all.into_iter().filter(|c| args.apps.is_empty() || args.apps.iter().any(|a| a == c.app)).collect()
+}
+
+/// The parameters as a store whose working set is in memory sees them:
+/// every read at the cached rate. The validation jobs' matrices (at most
+/// 2 × 134 MB) fit in the harness's 1 GiB block cache and were written just
+/// before, so no read goes to the disk; puts stay synced at `Dput`.
+pub(crate) fn warm(params: &Params) -> Params {
+    let mut p = params.clone();
+    if let Some(c) = p.disk_get_cached {
+        p.disk_get = c;
+    }
+    p
+}
+
+/// The thesis's model with these parameters: no per-task overhead, no job latency.
+fn thesis_params(params: &Params) -> Params {
+    Params { task_overhead: None, job_latency: None, ..warm(params) }
+}
+
+/// CPU seconds (user + system) a process used so far, from /proc.
+pub(crate) fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
+    // Fields after the parenthesised command name; utime, stime are 14, 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    (ticks(11) + ticks(12)) / hz
+}
+
+/// One-minute load average: other work on the machine makes a point noisy.
+pub(crate) fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// One measured grid point with its predictions.
+struct Point {
+    app: &'static str,
+    n: u64,
+    b: u64,
+    slaves: u64,
+    measured: f64,
+    thesis: Prediction,
+    extended: Prediction,
+    store_cpu: f64,
+    slaves_cpu: f64,
+    load: f64,
+    ok: bool,
+}
+
+impl Point {
+    fn err(&self) -> f64 {
+        (self.extended.predicted - self.measured) / self.measured
+    }
+    fn thesis_err(&self) -> f64 {
+        (self.thesis.predicted - self.measured) / self.measured
+    }
+}
+
+/// Submits one job of the grid and waits for it.
+fn run_one(c: &Cluster, case: &Case, b: u64, s: u64, verify: bool) -> anyhow::Result<(JobResult, f64, f64)> {
+    let out = format!("out-{}-{b}-{s}", case.app);
+    let (bs, side) = (b.to_string(), case.n.to_string());
+    let (lvl, smp) = (RAY_LEVEL.to_string(), RAY_SAMPLES.to_string());
+    let (a, bm, sm, dm) = (format!("A{b}"), format!("B{b}"), format!("S{b}"), format!("D{b}"));
+    let args: Vec<&str> = match case.app {
+        "matmul" => vec!["matmul", &a, &bm, "--out", &out],
+        "cholesky" => vec!["cholesky", &sm, "--out", &out, "--variant", "dag"],
+        "lu" => vec!["lu", &dm, "--out", &out],
+        _ => vec![
+            "raytrace", "--level", &lvl, "--width", &side, "--height", &side, "--grain", &bs, "--samples", &smp, "--out", &out,
+        ],
+    };
+    let pids: Vec<u32> = c.slave_pids();
+    let cpu0 = (cpu_seconds(c.store_pid()), pids.iter().map(|&p| cpu_seconds(p)).sum::<f64>());
+    let r = c.run_job(&args, Duration::from_secs(1800))?;
+    let cpu1 = (cpu_seconds(c.store_pid()), pids.iter().map(|&p| cpu_seconds(p)).sum::<f64>());
+    if verify && r.ok() {
+        let (passed, line) = c.verify(r.id)?;
+        anyhow::ensure!(passed, "{} b={b} s={s}: verify failed: {line}", case.app);
+    }
+    if case.app != "raytrace" {
+        c.remove_matrix(&out);
+    }
+    Ok((r, cpu1.0 - cpu0.0, cpu1.1 - cpu0.1))
+}
+
+fn create_inputs(c: &Cluster, case: &Case, b: u64) -> anyhow::Result<()> {
+    let bb = b as u32;
+    match case.app {
+        "matmul" => {
+            c.create_matrix(&format!("A{b}"), case.n, bb, "random", 1)?;
+            c.create_matrix(&format!("B{b}"), case.n, bb, "random", 2)
+        }
+        "cholesky" => c.create_matrix(&format!("S{b}"), case.n, bb, "spd", 3),
+        "lu" => c.create_matrix(&format!("D{b}"), case.n, bb, "diag-dominant", 4),
+        _ => Ok(()),
+    }
+}
+
+fn remove_inputs(c: &Cluster, case: &Case, b: u64) {
+    for name in ["A", "B", "S", "D"] {
+        if matches!((case.app, name), ("matmul", "A" | "B") | ("cholesky", "S") | ("lu", "D")) {
+            c.remove_matrix(&format!("{name}{b}"));
+        }
+    }
+}
+
+fn load_params(path: &PathBuf) -> anyhow::Result<Params> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading {} (write it with `bench params --out {}`)", path.display(), path.display()))?;
+    Ok(Params::from_toml_str(&text).with_context(|| format!("parameter file {}", path.display()))?)
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    let params = load_params(&args.params)?;
+    eprintln!("parameters: {} ({})", args.params.display(), params.name);
+    let cores = args.cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get() as u64));
+    let thesis_p = thesis_params(&params);
+    let ext_p = warm(&params);
+    let thesis_opts = |s: u64| Options::with_slaves(s);
+    // Matmul and Cholesky tasks announce their blocks and the slave
+    // prefetches them while computing (§5.5.2's overlap, within a task).
+    let ext_opts_for = |app: App, s: u64| Options {
+        shared_cpu: Some(SharedCpu { cores, store_share: 1.0 }),
+        slave_overlap: matches!(app, App::Matmul | App::Cholesky(_)),
+        ..Options::with_slaves(s)
+    };
+
+    let cases = grid(&args);
+    let mut total_predicted = 0.0;
+    for case in &cases {
+        for &b in &case.blocks {
+            for s in [1, 2] {
+                total_predicted += predict(case.model, case.n, b, &ext_p, &ext_opts_for(case.model, s))?.predicted;
+            }
+        }
+    }
+    eprintln!("grid of {} jobs, predicted {:.0} s of job time (plus matrix creation)", cases.iter().map(|c| 2 * c.blocks.len()).sum::<usize>(), total_predicted);
+
+    let started = Instant::now();
+    let mut cluster = Cluster::start(ClusterConfig { slaves: 1, ..ClusterConfig::default() })?;
+    let mut points = Vec::new();
+    for case in &cases {
+        for &b in &case.blocks {
+            create_inputs(&cluster, case, b)?;
+            for s in [1u64, 2] {
+                while (cluster.slave_pids().len() as u64) < s {
+                    cluster.spawn_slave()?;
+                }
+                while cluster.slave_pids().len() as u64 > s {
+                    cluster.kill_slave(cluster.slave_pids().len() - 1)?;
+                }
+                let load = load_average();
+                let (r, store_cpu, slaves_cpu) = run_one(&cluster, case, b, s, args.verify)?;
+                let thesis = predict(case.model, case.n, b, &thesis_p, &thesis_opts(s))?;
+                let extended = predict(case.model, case.n, b, &ext_p, &ext_opts_for(case.model, s))?;
+                let p = Point {
+                    app: case.app,
+                    n: case.n,
+                    b,
+                    slaves: s,
+                    measured: r.seconds,
+                    thesis,
+                    extended,
+                    store_cpu: store_cpu / r.seconds.max(1e-9),
+                    slaves_cpu: slaves_cpu / r.seconds.max(1e-9),
+                    load,
+                    ok: r.ok(),
+                };
+                eprintln!(
+                    "{:<9} n={:<5} b={:<5} s={s}: measured {:>7.2} s, predicted {:>7.2} s ({:+.1} %), thesis model {:>7.2} s ({:+.1} %){}",
+                    p.app,
+                    p.n,
+                    b,
+                    p.measured,
+                    p.extended.predicted,
+                    100.0 * p.err(),
+                    p.thesis.predicted,
+                    100.0 * p.thesis_err(),
+                    if p.ok { String::new() } else { format!("  JOB {}: {:?}", r.state, r.failure) }
+                );
+                points.push(p);
+            }
+            remove_inputs(&cluster, case, b);
+        }
+    }
+    drop(cluster);
+    let wall = started.elapsed().as_secs_f64();
+
+    print_table(&points);
+    if let Some(path) = &args.plot {
+        plot(&points, path).with_context(|| format!("drawing {}", path.display()))?;
+        eprintln!("plot written to {}", path.display());
+    }
+    if let Some(path) = &args.json {
+        let rows: Vec<_> = points
+            .iter()
+            .map(|p| {
+                json!({"app": p.app, "n": p.n, "b": p.b, "slaves": p.slaves, "measured": p.measured,
+                       "predicted": p.extended.predicted, "lwr": p.extended.t_s.lwr, "upr": p.extended.t_s.upr,
+                       "thesis_predicted": p.thesis.predicted, "error": p.err(), "thesis_error": p.thesis_err(),
+                       "store_cpu": p.store_cpu, "slaves_cpu": p.slaves_cpu, "load": p.load, "ok": p.ok})
+            })
+            .collect();
+        std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
+    }
+
+    let abs: Vec<f64> = points.iter().map(|p| p.err().abs()).collect();
+    let tabs: Vec<f64> = points.iter().map(|p| p.thesis_err().abs()).collect();
+    let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let within = abs.iter().filter(|e| **e <= 0.10).count();
+    let extra = || vec![("quick", json!(args.quick)), ("points", json!(points.len())), ("cores", json!(cores))];
+    let fig = |name: &str, value: f64, unit: &str, target: Option<f64>| Figure { name, value, unit, target, extra: extra() }.print();
+    fig("validate_max_abs_error", 100.0 * max(&abs), "%", Some(10.0));
+    fig("validate_mean_abs_error", 100.0 * mean(&abs), "%", Some(10.0));
+    fig("validate_points_within_10pct", within as f64, "points", Some(points.len() as f64));
+    fig("validate_thesis_model_max_abs_error", 100.0 * max(&tabs), "%", Some(10.0));
+    fig("validate_thesis_model_mean_abs_error", 100.0 * mean(&tabs), "%", Some(10.0));
+    for app in ["matmul", "cholesky", "lu", "raytrace"] {
+        let v: Vec<f64> = points.iter().filter(|p| p.app == app).map(|p| p.err().abs()).collect();
+        if !v.is_empty() {
+            Figure { name: "validate_app_max_abs_error", value: 100.0 * max(&v), unit: "%", target: Some(10.0), extra: vec![("app", json!(app)), ("quick", json!(args.quick))] }.print();
+        }
+    }
+    fig("validate_wall", wall, "s", Some(if args.quick { 60.0 } else { 1800.0 }));
+    Ok(())
+}
+
+fn print_table(points: &[Point]) {
+    println!();
+    println!(
+        "{:<9} {:>5} {:>5} {:>2} {:>6} {:>9} {:>9} {:>19} {:>8} {:>9} {:>8} {:>6} {:>6} {:>5}",
+        "app", "n", "b", "s", "tasks", "measured", "predicted", "band [lwr, upr]", "error", "thesis", "error", "store", "slaves", "load"
+    );
+    for p in points {
+        println!(
+            "{:<9} {:>5} {:>5} {:>2} {:>6} {:>8.2}s {:>8.2}s {:>19} {:>+7.1}% {:>8.2}s {:>+7.1}% {:>5.0}% {:>5.0}% {:>5.2}{}",
+            p.app,
+            p.n,
+            p.b,
+            p.slaves,
+            p.extended.volumes.n_tasks,
+            p.measured,
+            p.extended.predicted,
+            format!("[{:.2}, {:.2}]", p.extended.t_s.lwr, p.extended.t_s.upr),
+            100.0 * p.err(),
+            p.thesis.predicted,
+            100.0 * p.thesis_err(),
+            100.0 * p.store_cpu,
+            100.0 * p.slaves_cpu,
+            p.load,
+            if p.ok { "" } else { "  FAILED" }
+        );
+    }
+    println!("(store, slaves: CPU used during the job as % of one core; load: 1-min load average before the job)");
+}
+
+/// Registers a system TrueType font for plotters' text (it has none built
+/// in with the `ab_glyph` backend).
+fn register_font() -> anyhow::Result<()> {
+    for path in [
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+        "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    ] {
+        if let Ok(bytes) = std::fs::read(path) {
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            plotters::style::register_font("sans-serif", plotters::style::FontStyle::Normal, bytes)
+                .map_err(|_| anyhow::anyhow!("{path} is not a usable font"))?;
+            return Ok(());
+        }
+    }
+    anyhow::bail!("no TrueType font found for the plot's text (install fonts-dejavu-core)")
+}
+
+/// One panel per application: x the block size (log), y seconds; for each
+/// slave count the predicted band `[lwr{T_s}, upr{T_s}]` as a bar, the
+/// prediction as a line, the measured time as a marker.
+fn plot(points: &[Point], path: &PathBuf) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    register_font()?;
+    let root = BitMapBackend::new(path, (1400, 1000)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled("bench validate: measured (markers) on the predicted band (bars: lwr..upr T_s, line: prediction)", ("sans-serif", 22))?;
+    let apps: Vec<&str> = ["matmul", "cholesky", "lu", "raytrace"].into_iter().filter(|a| points.iter().any(|p| p.app == *a)).collect();
+    let panels = root.split_evenly((2, 2));
+    let colours = [RGBColor(31, 119, 180), RGBColor(214, 39, 40)];
+    for (panel, app) in panels.iter().zip(&apps) {
+        let pts: Vec<&Point> = points.iter().filter(|p| p.app == *app).collect();
+        let bmin = pts.iter().map(|p| p.b).min().unwrap_or(1) as f64;
+        let bmax = pts.iter().map(|p| p.b).max().unwrap_or(2) as f64;
+        let ymax = pts.iter().map(|p| p.measured.max(p.extended.t_s.upr).max(p.extended.predicted)).fold(0.0, f64::max) * 1.1;
+        let n = pts.first().map_or(0, |p| p.n);
+        let caption = if *app == "raytrace" { format!("raytrace, {n}x{n} image, b = rows per task") } else { format!("{app}, n = {n}") };
+        let mut chart = ChartBuilder::on(panel)
+            .caption(caption, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d((bmin / 1.5).log2()..(bmax * 1.5).log2(), 0.0..ymax.max(1e-3))?;
+        // x is log2(b): a log axis whose labels show b itself.
+        chart
+            .configure_mesh()
+            .x_labels(12)
+            .x_label_formatter(&|x| format!("{:.0}", x.exp2()))
+            .x_desc("block size b (log scale)")
+            .y_desc("seconds")
+            .draw()?;
+        for (k, s) in [1u64, 2].into_iter().enumerate() {
+            let colour = colours[k];
+            let mut series: Vec<&&Point> = pts.iter().filter(|p| p.slaves == s).collect();
+            series.sort_by_key(|p| p.b);
+            // Slaves side by side around each b so the bands do not overlap.
+            let shift = if s == 1 { 0.93 } else { 1.07 };
+            chart.draw_series(series.iter().map(|p| {
+                let x = (p.b as f64 * shift).log2();
+                Rectangle::new([(x - 0.04, p.extended.t_s.lwr), (x + 0.04, p.extended.t_s.upr)], colour.mix(0.25).filled())
+            }))?;
+            chart
+                .draw_series(LineSeries::new(series.iter().map(|p| ((p.b as f64 * shift).log2(), p.extended.predicted)), colour.stroke_width(2)))?
+                .label(format!("s = {s}: predicted"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+            chart
+                .draw_series(series.iter().map(|p| Circle::new(((p.b as f64 * shift).log2(), p.measured), 6, colour.filled())))?
+                .label(format!("s = {s}: measured"))
+                .legend(move |(x, y)| Circle::new((x + 10, y), 5, colour.filled()));
+        }
+        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::UpperRight).draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
