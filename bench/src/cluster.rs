@@ -60,6 +60,11 @@ impl Default for ClusterConfig {
     }
 }
 
+extern "C" {
+    fn sysconf(name: std::ffi::c_int) -> std::ffi::c_long;
+}
+const SC_CLK_TCK: std::ffi::c_int = 2;
+
 /// Peak RSS and I/O counters of one process, read from `/proc`.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct ProcStats {
@@ -72,6 +77,9 @@ pub(crate) struct ProcStats {
     pub(crate) read_bytes: u64,
     /// Bytes the process caused to be written to storage.
     pub(crate) write_bytes: u64,
+    /// CPU time (user + system) so far, seconds: unlike wall time, barely
+    /// moved by other work on a shared machine.
+    pub(crate) cpu_s: f64,
 }
 
 impl ProcStats {
@@ -79,6 +87,15 @@ impl ProcStats {
     pub(crate) fn read(pid: u32) -> Option<ProcStats> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Fields after the command (which may hold spaces) end with ')';
+        // utime and stime are the 14th and 15th fields, in clock ticks.
+        let ticks: f64 = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().skip(11).take(2).filter_map(|v| v.parse::<f64>().ok()).sum())
+            .unwrap_or(0.0);
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { sysconf(SC_CLK_TCK) }.max(1) as f64;
         let field = |text: &str, name: &str| -> u64 {
             text.lines()
                 .find_map(|l| l.strip_prefix(name))
@@ -92,6 +109,7 @@ impl ProcStats {
             rss: field(&status, "VmRSS:") * 1024,
             read_bytes: field(&io, "read_bytes:"),
             write_bytes: field(&io, "write_bytes:"),
+            cpu_s: ticks / hz,
         })
     }
 }
@@ -113,6 +131,12 @@ impl Snapshot {
             later.store.read_bytes.saturating_sub(self.store.read_bytes),
             later.store.write_bytes.saturating_sub(self.store.write_bytes),
         )
+    }
+
+    /// CPU seconds of the store node and of all slaves (by position) between `self` and `later`.
+    pub(crate) fn cpu_since(&self, later: &Snapshot) -> (f64, f64) {
+        let slaves = |s: &Snapshot| s.slaves.iter().map(|p| p.cpu_s).sum::<f64>();
+        (later.store.cpu_s - self.store.cpu_s, slaves(later) - slaves(self))
     }
 
     pub(crate) fn loopback_since(&self, later: &Snapshot) -> u64 {

@@ -57,6 +57,9 @@ pub(crate) struct Args {
     /// Order of the in-core reference (dgemm / dpotrf / dgetrf, 2 threads).
     #[arg(long, default_value_t = 8192)]
     ref_n: usize,
+    /// Runs of the in-core reference; the fastest counts.
+    #[arg(long, default_value_t = 2)]
+    ref_reps: usize,
     /// Threads of the in-core reference and of Dask (the slaves' total).
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -100,6 +103,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<()> {
         args.n = 2048;
         args.block = 512;
         args.ref_n = 2048;
+        args.ref_reps = 3;
         args.sweep = vec![256];
         args.sweep_n = None;
     }
@@ -154,6 +158,8 @@ fn measure(c: &Cluster, args: &Args, submit: &[&str]) -> anyhow::Result<Measured
     if let Some((ok, line)) = &verified {
         eprintln!("  verify: {} {line}", if *ok { "ok" } else { "FAILED" });
     }
+    let (store_cpu, slaves_cpu) = before.cpu_since(&after);
+    eprintln!("  CPU: store node {store_cpu:.1} s, slaves {slaves_cpu:.1} s");
     eprintln!(
         "  {}: {} tasks in {:.1} s, {:.2} GFLOP/s (store peak RSS {:.0} MiB, slaves {:?} MiB)",
         submit.join(" "),
@@ -173,6 +179,8 @@ fn job_extra(m: &Measured, n: u64, b: u32) -> Vec<(&'static str, Value)> {
         ("seconds", json!(round3(m.job.seconds))),
         ("tasks", json!(m.job.tasks)),
         ("gflops", json!(round3(m.job.gflops()))),
+        ("store_cpu_s", json!(round3(m.before.cpu_since(&m.after).0))),
+        ("slaves_cpu_s", json!(round3(m.before.cpu_since(&m.after).1))),
     ];
     if let Some((ok, _)) = &m.verified {
         e.push(("verified", json!(ok)));
@@ -214,10 +222,24 @@ fn lcg_fill(len: usize, seed: u64) -> Vec<f64> {
         .collect()
 }
 
-/// In-core rate in GFLOP/s of `op` on an n×n matrix with `threads` BLAS threads.
-pub(crate) fn incore(op: App, n: usize, threads: usize) -> anyhow::Result<f64> {
+/// In-core rate in GFLOP/s of `op` on an n×n matrix with `threads` BLAS
+/// threads: the best of `reps` runs. The best, because other work on a
+/// shared machine only ever slows a run down, and the fastest in-core run
+/// is the strictest denominator for our ratios.
+pub(crate) fn incore(op: App, n: usize, threads: usize, reps: usize) -> anyhow::Result<f64> {
     set_blas_threads(threads);
-    eprintln!("in-core reference: {op:?} n = {n}, {threads} BLAS threads");
+    eprintln!("in-core reference: {op:?} n = {n}, {threads} BLAS threads, best of {reps}");
+    let mut best = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        best = best.min(incore_once(op, n)?);
+    }
+    set_blas_threads(1);
+    let gf = flops(op, n as f64) / best / 1e9;
+    eprintln!("  {gf:.2} GFLOP/s ({best:.2} s)");
+    Ok(gf)
+}
+
+fn incore_once(op: App, n: usize) -> anyhow::Result<f64> {
     let mut a = Block { rows: n, cols: n, data: lcg_fill(n * n, 1) };
     let secs = match op {
         App::Matmul => {
@@ -247,10 +269,7 @@ pub(crate) fn incore(op: App, n: usize, threads: usize) -> anyhow::Result<f64> {
             t.elapsed().as_secs_f64()
         }
     };
-    set_blas_threads(1);
-    let gf = flops(op, n as f64) / secs / 1e9;
-    eprintln!("  {gf:.2} GFLOP/s ({secs:.2} s)");
-    Ok(gf)
+    Ok(secs)
 }
 
 fn flops(op: App, n: f64) -> f64 {
@@ -349,7 +368,7 @@ pub(crate) fn dask(op: App, n: u64, b: u32, threads: usize, base: &Path) -> anyh
 // ---------------------------------------------------------------- jobs
 
 fn matmul(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
-    let reference = incore(App::Matmul, args.ref_n, args.threads)?;
+    let reference = incore(App::Matmul, args.ref_n, args.threads, args.ref_reps)?;
     let c = start(args, base)?;
     let run_at = |n: u64, b: u32| -> anyhow::Result<Measured> {
         eprintln!("out-of-core matmul n = {n}, b = {b}, {} slaves: creating A and B", args.slaves);
@@ -409,7 +428,7 @@ fn matmul(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
 const VARIANTS: [&str; 4] = ["single-bag", "multi-step-1", "multi-step-2", "dag"];
 
 fn cholesky(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
-    let reference = incore(App::Cholesky, args.ref_n, args.threads)?;
+    let reference = incore(App::Cholesky, args.ref_n, args.threads, args.ref_reps)?;
     let variants: Vec<String> = if args.variant.is_empty() { VARIANTS.iter().map(|s| s.to_string()).collect() } else { args.variant.clone() };
     let c = start(args, base)?;
     let (n, b) = (args.n, args.block);
@@ -448,7 +467,7 @@ fn cholesky(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
 }
 
 fn lu(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
-    let reference = incore(App::Lu, args.ref_n, args.threads)?;
+    let reference = incore(App::Lu, args.ref_n, args.threads, args.ref_reps)?;
     let c = start(args, base)?;
     let (n, b) = (args.n, args.block);
     let runs: &[bool] = if args.pivot { &[true] } else { &[false, true] };
