@@ -2,12 +2,17 @@
 //! line per figure, `BENCH {json}`, so a script can check any figure, and
 //! takes `--quick` for a reduced run under a minute.
 
+mod blocks_cmd;
 mod bsp_cmd;
 mod cluster;
 mod model_cmd;
+mod params_cmd;
+mod validate_cmd;
+mod queue_cmd;
 mod ooc_cmd;
 mod raytrace_cmd;
 mod report;
+mod store_node;
 
 use clap::{Parser, Subcommand};
 
@@ -24,6 +29,14 @@ enum Command {
     Bsp(bsp_cmd::Args),
     /// Performance model: predictions, bounds and block-size sweeps.
     Model(model_cmd::Args),
+    /// Measures this machine's model parameters (P, C, Dget, Dput, thresholds) into a TOML file.
+    Params(params_cmd::Args),
+    /// Runs a grid of real jobs and compares measured times with the model (table, BENCH, PNG).
+    Validate(validate_cmd::Args),
+    /// Durable dequeue+commit throughput and latency of empty tasks, 1..32 clients.
+    Queue(queue_cmd::Args),
+    /// Block put/get throughput through the store node, as a ratio to a plain file.
+    Blocks(blocks_cmd::Args),
     /// Out-of-core matmul, Cholesky or LU on the real system vs in-core BLAS and Dask.
     Ooc(ooc_cmd::Args),
     /// Ray tracing with 2 slaves at several grains vs a single-process render.
@@ -38,6 +51,10 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Bsp(args) => bsp_cmd::run(args),
         Command::Model(args) => model_cmd::run(args),
+        Command::Params(args) => params_cmd::run(args),
+        Command::Validate(args) => validate_cmd::run(args),
+        Command::Queue(args) => queue_cmd::run(args),
+        Command::Blocks(args) => blocks_cmd::run(args),
         Command::Ooc(args) => ooc_cmd::run(args),
         Command::Raytrace(args) => raytrace_cmd::run(args),
     }
