@@ -133,11 +133,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         drop(client);
         std::fs::remove_file(&raw_path).ok();
 
+        // The machine may be shared: the 1-minute load average says how
+        // much else ran while this size was measured.
+        let load = crate::store_node::load_average();
         let rate = |d: Duration| total / MIB / d.as_secs_f64();
         let r2 = |x: f64| (x * 100.0).round() / 100.0;
         let r1 = |x: f64| (x * 10.0).round() / 10.0;
         let common = |v: Vec<(&'static str, serde_json::Value)>| {
-            let mut e = vec![("b", json!(b)), ("blocks", json!(k)), ("mib", json!(r1(total / MIB)))];
+            let mut e = vec![("b", json!(b)), ("blocks", json!(k)), ("mib", json!(r1(total / MIB))), ("loadavg", json!(load))];
             e.extend(v);
             e
         };

@@ -81,8 +81,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         }
         let bag = format!("bench-queue-{run_id}-c{c}");
         let r = rt.block_on(one_round(&addr, token.as_deref(), &bag, c, n_tasks, round))?;
+        // The machine may be shared: the 1-minute load average says how
+        // much else ran during the round.
+        let load = crate::store_node::load_average();
         let extra = |v: Vec<(&'static str, serde_json::Value)>| {
-            let mut e = vec![("clients", json!(c)), ("tasks", json!(r.done)), ("secs", json!(round3(r.secs)))];
+            let mut e = vec![("clients", json!(c)), ("tasks", json!(r.done)), ("secs", json!(round3(r.secs))), ("loadavg", json!(load))];
             e.extend(v);
             e
         };

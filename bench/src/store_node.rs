@@ -82,3 +82,8 @@ impl InProcess {
         Ok(())
     }
 }
+
+/// The 1-minute load average from /proc/loadavg (`None` where unreadable).
+pub(crate) fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+}
