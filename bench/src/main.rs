@@ -8,6 +8,7 @@ mod cluster;
 mod model_cmd;
 mod params_cmd;
 mod validate_cmd;
+mod recovery_cmd;
 mod queue_cmd;
 mod ooc_cmd;
 mod raytrace_cmd;
@@ -33,6 +34,8 @@ enum Command {
     Params(params_cmd::Args),
     /// Runs a grid of real jobs and compares measured times with the model (table, BENCH, PNG).
     Validate(validate_cmd::Args),
+    /// SIGKILLs a slave at seeded random moments of a run; extra time vs the model's recovery.
+    Recovery(recovery_cmd::Args),
     /// Durable dequeue+commit throughput and latency of empty tasks, 1..32 clients.
     Queue(queue_cmd::Args),
     /// Block put/get throughput through the store node, as a ratio to a plain file.
@@ -53,6 +56,7 @@ fn main() -> anyhow::Result<()> {
         Command::Model(args) => model_cmd::run(args),
         Command::Params(args) => params_cmd::run(args),
         Command::Validate(args) => validate_cmd::run(args),
+        Command::Recovery(args) => recovery_cmd::run(args),
         Command::Queue(args) => queue_cmd::run(args),
         Command::Blocks(args) => blocks_cmd::run(args),
         Command::Ooc(args) => ooc_cmd::run(args),
