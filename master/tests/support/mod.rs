@@ -144,3 +144,54 @@ pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<
     }
     None
 }
+
+// --- The CLI and slave processes, as a user runs them. -----------------
+
+/// Runs `master ARGS` against the store node at `store`.
+pub fn master(store: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_master"))
+        .args(args)
+        .env("STORE_ADDR", store)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run master")
+}
+
+/// Runs `master ARGS`, asserts it succeeded, returns its trimmed stdout.
+pub fn master_ok(store: &str, args: &[&str]) -> String {
+    let out = master(store, args);
+    assert!(out.status.success(), "master {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// The `slave` binary next to `master` (cargo builds it with the workspace).
+pub fn slave_exe() -> std::path::PathBuf {
+    let p = Path::new(env!("CARGO_BIN_EXE_master")).with_file_name("slave");
+    assert!(p.exists(), "{} missing: build the workspace first (cargo build --workspace)", p.display());
+    p
+}
+
+/// Starts a slave process; its log goes to stderr when `FT_VERBOSE` is set.
+pub fn slave(store: &str, name: &str, extra: &[&str]) -> Child {
+    let verbose = std::env::var_os("FT_VERBOSE").is_some();
+    Command::new(slave_exe())
+        .args(["--store", store, "--name", name])
+        .args(extra)
+        .env("RUST_LOG", if verbose { "info" } else { "warn" })
+        .stdout(Stdio::null())
+        .stderr(if verbose { Stdio::inherit() } else { Stdio::null() })
+        .spawn()
+        .expect("spawn slave")
+}
+
+/// SIGKILLs a child and reaps it.
+pub fn kill_child(mut c: Child) {
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+/// `master matrix create NAME` with a generated matrix of `kind`.
+pub fn create_kind(store: &str, name: &str, rows: u64, cols: u64, block: u32, kind: &str, seed: u64) {
+    let (r, c, b, s) = (rows.to_string(), cols.to_string(), block.to_string(), seed.to_string());
+    master_ok(store, &["matrix", "create", name, "--n", &r, "--cols", &c, "--block", &b, "--kind", kind, "--seed", &s]);
+}

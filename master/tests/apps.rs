@@ -1,0 +1,735 @@
+//! Cholesky, LU and ray tracing end to end with real processes (`master
+//! serve`, `slave` processes, `master` CLI calls), checked against
+//! computations made here, independently of the code under test: in-core
+//! LAPACK (dpotrf, dgetrf) on the input exported with `master matrix
+//! export`, residuals summed here element by element, and the ray tracer
+//! run in this process. Then recovery under seeded SIGKILL schedules, and
+//! jobs that must fail with the block named.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use slave::record::{self, JobRecord, TaskDone};
+use store_client::{BlockData, Client};
+use support::{create_kind, kill_child, master, master_ok, runtime, slave, StoreProc};
+use uuid::Uuid;
+
+// ---------------------------------------------------------------------------
+// Dense matrices, .npy files and the in-core reference computations.
+
+/// A dense column-major matrix.
+#[derive(Clone, Debug, PartialEq)]
+struct Mat {
+    rows: usize,
+    cols: usize,
+    data: Vec<f64>,
+}
+
+impl Mat {
+    fn zeros(rows: usize, cols: usize) -> Mat {
+        Mat { rows, cols, data: vec![0.0; rows * cols] }
+    }
+    fn get(&self, r: usize, c: usize) -> f64 {
+        self.data[r + c * self.rows]
+    }
+    fn set(&mut self, r: usize, c: usize, v: f64) {
+        self.data[r + c * self.rows] = v;
+    }
+    fn frob(&self) -> f64 {
+        self.data.iter().map(|x| x * x).sum::<f64>().sqrt()
+    }
+    /// `‖self − other‖_F / ‖other‖_F`.
+    fn rel_diff(&self, other: &Mat) -> f64 {
+        assert_eq!((self.rows, self.cols), (other.rows, other.cols));
+        let d: f64 = self.data.iter().zip(&other.data).map(|(x, y)| (x - y) * (x - y)).sum::<f64>().sqrt();
+        d / other.frob()
+    }
+}
+
+/// Reads a 2-D `<f8` .npy file (either order), by hand.
+fn read_npy(path: &Path) -> Mat {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    assert_eq!(&bytes[..6], b"\x93NUMPY", "{}: not a .npy file", path.display());
+    let (hlen, start) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        _ => (u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize, 12),
+    };
+    let header = std::str::from_utf8(&bytes[start..start + hlen]).unwrap();
+    assert!(header.contains("'descr': '<f8'"), "{header}");
+    let fortran = header.contains("'fortran_order': True");
+    let shape = header.split("'shape': (").nth(1).and_then(|s| s.split(')').next()).unwrap();
+    let dims: Vec<usize> = shape.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect();
+    let (rows, cols) = (dims[0], dims[1]);
+    let vals: Vec<f64> = bytes[start + hlen..].chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(vals.len(), rows * cols, "{}: data length", path.display());
+    if fortran {
+        return Mat { rows, cols, data: vals };
+    }
+    let mut m = Mat::zeros(rows, cols);
+    for r in 0..rows {
+        for c in 0..cols {
+            m.set(r, c, vals[r * cols + c]);
+        }
+    }
+    m
+}
+
+/// Writes a Fortran-order `<f8` .npy file (version 1.0).
+fn write_npy(path: &Path, m: &Mat) {
+    let mut dict = format!("{{'descr': '<f8', 'fortran_order': True, 'shape': ({}, {}), }}", m.rows, m.cols);
+    let total = 10 + dict.len() + 1;
+    dict.push_str(&" ".repeat((64 - total % 64) % 64));
+    dict.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    out.extend_from_slice(dict.as_bytes());
+    for x in &m.data {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+/// In-core LAPACK dpotrf: the lower factor, upper triangle zero.
+fn lapack_cholesky(a: &Mat) -> Mat {
+    let n = a.rows;
+    let mut l = a.clone();
+    let mut info = 0;
+    // SAFETY: n×n column-major with lda = n.
+    unsafe { lapack::dpotrf(b'L', n as i32, &mut l.data, n as i32, &mut info) };
+    assert_eq!(info, 0, "LAPACK dpotrf of the input failed");
+    for c in 1..n {
+        for r in 0..c {
+            l.set(r, c, 0.0);
+        }
+    }
+    l
+}
+
+/// In-core LAPACK dgetrf: packed factors and the 0-based interchanges.
+fn lapack_lu(a: &Mat) -> (Mat, Vec<u64>) {
+    let n = a.rows;
+    let mut lu = a.clone();
+    let mut ipiv = vec![0i32; n];
+    let mut info = 0;
+    // SAFETY: n×n column-major with lda = n, ipiv of length n.
+    unsafe { lapack::dgetrf(n as i32, n as i32, &mut lu.data, n as i32, &mut ipiv, &mut info) };
+    assert_eq!(info, 0, "LAPACK dgetrf of the input failed");
+    (lu, ipiv.iter().map(|&p| (p - 1) as u64).collect())
+}
+
+/// `‖A − L·Lᵀ‖_F / ‖A‖_F`, summed here element by element.
+fn cholesky_residual(a: &Mat, l: &Mat) -> f64 {
+    let n = a.rows;
+    let mut num = 0.0;
+    for j in 0..n {
+        for i in 0..n {
+            let s: f64 = (0..=i.min(j)).map(|k| l.get(i, k) * l.get(j, k)).sum();
+            num += (a.get(i, j) - s).powi(2);
+        }
+    }
+    num.sqrt() / a.frob()
+}
+
+/// Row permutation of a sequence of interchanges: row `r` of `P·A` is row
+/// `perm[r]` of A.
+fn permutation(swaps: &[u64]) -> Vec<usize> {
+    let mut perm: Vec<usize> = (0..swaps.len()).collect();
+    for (r, &g) in swaps.iter().enumerate() {
+        perm.swap(r, g as usize);
+    }
+    perm
+}
+
+/// `‖P·A − L·U‖_F / ‖A‖_F` with L unit lower and U upper packed in `lu`.
+fn lu_residual(a: &Mat, lu: &Mat, perm: &[usize]) -> f64 {
+    let n = a.rows;
+    let mut num = 0.0;
+    for c in 0..n {
+        for r in 0..n {
+            let mut s = 0.0;
+            for k in 0..=r.min(c) {
+                let l = if k == r { 1.0 } else { lu.get(r, k) };
+                s += l * lu.get(k, c);
+            }
+            num += (a.get(perm[r], c) - s).powi(2);
+        }
+    }
+    num.sqrt() / a.frob()
+}
+
+fn upper_is_zero(l: &Mat) -> bool {
+    (1..l.cols).all(|c| (0..c.min(l.rows)).all(|r| l.get(r, c).to_bits() == 0))
+}
+
+// ---------------------------------------------------------------------------
+// The store node, slaves, jobs.
+
+/// A store node with a client of its own for the checks.
+struct Env {
+    store: StoreProc,
+    dir: tempfile::TempDir,
+    rt: tokio::runtime::Runtime,
+    client: Client,
+}
+
+impl Env {
+    fn start(extra: &[&str]) -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StoreProc::start(&dir.path().join("store"), extra);
+        let rt = runtime();
+        let client = rt.block_on(Client::connect(&store.addr, None)).unwrap();
+        Env { store, dir, rt, client }
+    }
+
+    fn s(&self) -> &str {
+        &self.store.addr
+    }
+
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `master matrix export NAME` and the file read back.
+    fn export(&self, name: &str) -> Mat {
+        let f = self.path(&format!("{name}.npy"));
+        master_ok(self.s(), &["matrix", "export", name, f.to_str().unwrap()]);
+        read_npy(&f)
+    }
+
+    fn export_bytes(&self, name: &str) -> Vec<u8> {
+        let f = self.path(&format!("{name}.npy"));
+        master_ok(self.s(), &["matrix", "export", name, f.to_str().unwrap()]);
+        std::fs::read(f).unwrap()
+    }
+
+    fn peek(&self, key: &str) -> Option<Vec<u8>> {
+        self.rt.block_on(self.client.peek_small(key)).unwrap()
+    }
+
+    fn done(&self, job: Uuid) -> Vec<(String, TaskDone)> {
+        self.rt
+            .block_on(self.client.scan_small(&record::done_prefix(job), 0))
+            .unwrap()
+            .into_iter()
+            .map(|(k, v)| (k, serde_json::from_slice(&v).unwrap()))
+            .collect()
+    }
+
+    fn record(&self, job: Uuid) -> JobRecord {
+        serde_json::from_slice(&self.peek(&record::job_key(job)).expect("job record")).unwrap()
+    }
+
+    /// Every task has exactly one done record with count 1, and there are
+    /// `expected` tasks (counted here from the shape, not from the plan).
+    fn assert_each_task_once(&self, job: Uuid, expected: usize) -> Vec<(String, TaskDone)> {
+        let done = self.done(job);
+        assert_eq!(done.len(), expected, "job {job}: {} task records, expected {expected}", done.len());
+        for (k, d) in &done {
+            assert_eq!(d.count, 1, "{k} committed {} times", d.count);
+        }
+        done
+    }
+
+    /// The interchanges of a pivoted LU job, concatenated over the panels
+    /// (0-based global rows, LAPACK's `ipiv` order).
+    fn pivots(&self, job: Uuid, p: u32) -> Vec<u64> {
+        let mut all = Vec::new();
+        for k in 0..p {
+            let raw = self.peek(&apps::lu::pivots_key(job, k)).unwrap_or_else(|| panic!("pivots of panel {k} missing"));
+            all.extend(raw.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())));
+        }
+        all
+    }
+}
+
+/// Submits with `master submit ARGS`; returns the job id.
+fn submit(s: &str, args: &[&str]) -> Uuid {
+    let mut full = vec!["submit"];
+    full.extend_from_slice(args);
+    master_ok(s, &full).parse().expect("the job id alone on stdout")
+}
+
+/// `master wait JOB` with a deadline: a hang fails the test instead of
+/// stalling it.
+fn wait_job(s: &str, job: Uuid, limit: Duration) -> Output {
+    let child = Command::new(env!("CARGO_BIN_EXE_master"))
+        .args(["wait", &job.to_string()])
+        .env("STORE_ADDR", s)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            panic!("job {job} did not end within {limit:?} (hung)");
+        }
+    }
+}
+
+fn wait_ok(s: &str, job: Uuid) {
+    let out = wait_job(s, job, Duration::from_secs(120));
+    assert!(out.status.success(), "job {job} failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `master verify JOB` must pass.
+fn verify_ok(s: &str, job: Uuid, needle: &str) {
+    let out = master(s, &["verify", &job.to_string()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains(needle), "verify {job}: {text}{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Slave processes, killed on drop.
+struct Slaves {
+    store: String,
+    extra: Vec<String>,
+    running: Vec<Child>,
+    started: usize,
+}
+
+impl Slaves {
+    fn start(store: &str, n: usize, extra: &[&str]) -> Slaves {
+        let mut s = Slaves { store: store.to_owned(), extra: extra.iter().map(|x| x.to_string()).collect(), running: vec![], started: 0 };
+        for _ in 0..n {
+            s.spawn();
+        }
+        s
+    }
+
+    fn spawn(&mut self) {
+        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        self.running.push(slave(&self.store, &format!("slave-{}", self.started), &extra));
+        self.started += 1;
+    }
+
+    fn kill(&mut self, k: usize) {
+        kill_child(self.running.remove(k));
+    }
+}
+
+impl Drop for Slaves {
+    fn drop(&mut self) {
+        for c in self.running.drain(..) {
+            kill_child(c);
+        }
+    }
+}
+
+/// A slave logging at info level to `log`.
+fn logged_slave(store: &str, name: &str, log: &Path) -> Child {
+    Command::new(support::slave_exe())
+        .args(["--store", store, "--name", name])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("spawn slave")
+}
+
+fn seed() -> u64 {
+    std::env::var("FT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(7)
+}
+
+/// Runs a submitted job with 3 slaves. With `kills > 0`, SIGKILLs a seeded
+/// random slave each time the count of committed tasks crosses one of
+/// `kills` seeded thresholds (spread over the first 3/4 of the `total`
+/// tasks) and starts a replacement. Returns the number of kills made while
+/// the job was still running.
+fn run_with_kills(env: &Env, job: Uuid, total: usize, kills: usize, seed: u64) -> usize {
+    let mut slaves = Slaves::start(env.s(), 3, &[]);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let hi = (total * 3 / 4).max(kills + 1);
+    let mut thresholds = std::collections::BTreeSet::new();
+    while thresholds.len() < kills {
+        thresholds.insert(rng.gen_range(1..=hi));
+    }
+    let mut thresholds: Vec<usize> = thresholds.into_iter().collect();
+    thresholds.reverse();
+    let mut made = Vec::new();
+    let start = Instant::now();
+    while let Some(&next) = thresholds.last() {
+        assert!(start.elapsed() < Duration::from_secs(120), "job {job} stalled at {} tasks", env.done(job).len());
+        if env.peek(&record::finished_key(job)).is_some() || env.peek(&record::failed_key(job)).is_some() {
+            break;
+        }
+        let done = env.done(job).len();
+        if done >= next {
+            thresholds.pop();
+            let victim = rng.gen_range(0..slaves.running.len());
+            slaves.kill(victim);
+            slaves.spawn();
+            made.push(done);
+        } else {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    wait_ok(env.s(), job);
+    drop(slaves);
+    let redone = env.done(job).iter().filter(|(_, d)| d.attempts > 0).count();
+    eprintln!("job {job}: {} kills at done counts {made:?}, {redone} task(s) redone after a kill", made.len());
+    if kills > 0 {
+        assert!(redone > 0, "job {job}: no kill interrupted a task");
+    }
+    made.len()
+}
+
+fn chol_tasks(variant: &str, p: usize) -> usize {
+    if variant == "multi-step-2" {
+        1 + p * (p - 1) / 2
+    } else {
+        p * (p + 1) / 2
+    }
+}
+
+fn lu_tasks(pivot: bool, p: usize) -> usize {
+    if pivot {
+        // copy + multiply (k ≥ 1) + panel + swap + solve
+        p * p + p * (p - 1) / 2 + p + p * (p - 1) + p * (p - 1) / 2
+    } else {
+        // multiply + factor + solve (L and U)
+        p * (p + 1) / 2 + p + p * (p - 1)
+    }
+}
+
+fn blocks(n: u64, b: u32) -> usize {
+    n.div_ceil(u64::from(b)) as usize
+}
+
+const VARIANTS: [&str; 4] = ["single-bag", "multi-step-1", "multi-step-2", "dag"];
+
+// ---------------------------------------------------------------------------
+// 1. Correctness against in-core references.
+
+#[test]
+fn cholesky_every_variant_and_size_matches_in_core_lapack() {
+    let env = Env::start(&[]);
+    let s = env.s();
+    let _slaves = Slaves::start(s, 2, &[]);
+    // (n, b): a multiple, n not a multiple of b (twice), a single block.
+    for (idx, (n, b)) in [(96u64, 32u32), (100, 32), (150, 64), (40, 64)].into_iter().enumerate() {
+        let a_name = format!("S{idx}");
+        create_kind(s, &a_name, n, n, b, "spd", 30 + idx as u64);
+        let a = env.export(&a_name);
+        let want = lapack_cholesky(&a);
+        let bound = 1e-13 * n as f64;
+        for variant in VARIANTS {
+            let out = format!("L{idx}-{variant}");
+            let job = submit(s, &["cholesky", &a_name, "--out", &out, "--variant", variant]);
+            wait_ok(s, job);
+            let l = env.export(&out);
+            assert!(upper_is_zero(&l), "{out}: upper triangle not zero");
+            let res = cholesky_residual(&a, &l);
+            let diff = l.rel_diff(&want);
+            eprintln!("cholesky {variant} n={n} b={b}: residual {res:.2e}, vs LAPACK {diff:.2e}");
+            assert!(res <= bound, "{variant} n={n} b={b}: ‖A − LLᵀ‖/‖A‖ = {res:e} > {bound:e}");
+            assert!(diff <= bound, "{variant} n={n} b={b}: ‖L − L_lapack‖/‖L_lapack‖ = {diff:e} > {bound:e}");
+            env.assert_each_task_once(job, chol_tasks(variant, blocks(n, b)));
+            verify_ok(s, job, "‖A − L·Lᵀ‖_F/‖A‖_F");
+        }
+    }
+}
+
+#[test]
+fn lu_with_and_without_pivoting_matches_in_core_lapack() {
+    let env = Env::start(&[]);
+    let s = env.s();
+    let _slaves = Slaves::start(s, 2, &[]);
+    for (idx, (n, b)) in [(96u64, 32u32), (100, 32), (150, 64), (40, 64)].into_iter().enumerate() {
+        let bound = 1e-13 * n as f64;
+        let p = blocks(n, b);
+        for pivot in [false, true] {
+            // Without pivoting: diagonally dominant; with: a plain random matrix.
+            let (a_name, kind) = if pivot { (format!("R{idx}"), "random") } else { (format!("D{idx}"), "diag-dominant") };
+            create_kind(s, &a_name, n, n, b, kind, 50 + idx as u64);
+            let a = env.export(&a_name);
+            let (want, want_piv) = lapack_lu(&a);
+            let out = format!("LU{idx}-{pivot}");
+            let mut args = vec!["lu", a_name.as_str(), "--out", out.as_str()];
+            if pivot {
+                args.push("--pivot");
+            }
+            let job = submit(s, &args);
+            wait_ok(s, job);
+            let lu = env.export(&out);
+            let swaps = if pivot { env.pivots(job, p as u32) } else { (0..n).collect() };
+            if pivot {
+                assert_eq!(swaps, want_piv, "n={n} b={b}: interchanges differ from LAPACK's");
+                assert!(swaps.iter().enumerate().any(|(r, &g)| g != r as u64), "a random matrix needs interchanges");
+            } else {
+                // Diagonally dominant: LAPACK interchanges nothing either, so the factors compare.
+                assert!(want_piv.iter().enumerate().all(|(r, &g)| g == r as u64));
+            }
+            let res = lu_residual(&a, &lu, &permutation(&swaps));
+            let diff = lu.rel_diff(&want);
+            eprintln!("lu pivot={pivot} n={n} b={b}: residual {res:.2e}, vs LAPACK {diff:.2e}");
+            assert!(res <= bound, "pivot={pivot} n={n} b={b}: ‖PA − LU‖/‖A‖ = {res:e} > {bound:e}");
+            assert!(diff <= bound, "pivot={pivot} n={n} b={b}: ‖LU − LU_lapack‖/‖LU_lapack‖ = {diff:e} > {bound:e}");
+            env.assert_each_task_once(job, lu_tasks(pivot, p));
+            verify_ok(s, job, "‖PA − L·U‖_F/‖A‖_F");
+        }
+    }
+}
+
+fn reference_png(level: u32, width: u32, height: u32, samples: u32) -> Vec<u8> {
+    let params = apps::raytrace::RenderParams { level, width, height, grain: height, samples };
+    let rgb = apps::raytrace::render(&params).unwrap();
+    assert_eq!(rgb.len(), (width * height * 3) as usize);
+    apps::raytrace::encode_png(width, height, &rgb).unwrap()
+}
+
+fn submit_raytrace(s: &str, out: &str, level: u32, width: u32, height: u32, grain: u32, samples: u32) -> Uuid {
+    let (l, w, h, g, sa) = (level.to_string(), width.to_string(), height.to_string(), grain.to_string(), samples.to_string());
+    submit(s, &["raytrace", "--scene", "balls", "--level", &l, "--width", &w, "--height", &h, "--grain", &g, "--samples", &sa, "--out", out])
+}
+
+fn export_png(env: &Env, name: &str) -> Vec<u8> {
+    let f = env.path(&format!("{name}.png"));
+    master_ok(env.s(), &["image", "export", name, f.to_str().unwrap()]);
+    std::fs::read(f).unwrap()
+}
+
+#[test]
+fn raytraced_images_equal_a_single_process_render() {
+    let env = Env::start(&[]);
+    let s = env.s();
+    let _slaves = Slaves::start(s, 2, &[]);
+    // (level, width, height, grain, samples): height not a multiple of the
+    // grain, one scanline per task, one task for the whole image, supersampled.
+    for (idx, (level, w, h, g, sa)) in [(2, 64, 48, 5, 1), (1, 33, 20, 1, 1), (3, 40, 30, 30, 1), (2, 24, 17, 4, 2)].into_iter().enumerate() {
+        let name = format!("img{idx}");
+        let job = submit_raytrace(s, &name, level, w, h, g, sa);
+        wait_ok(s, job);
+        let got = export_png(&env, &name);
+        let want = reference_png(level, w, h, sa);
+        assert!(got == want, "{name}: exported PNG differs from the single-process render");
+        env.assert_each_task_once(job, h.div_ceil(g) as usize);
+        verify_ok(s, job, "byte-identical to a single-process render: true");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 2. Recovery: seeded SIGKILL schedules, bit-identical results, every task
+// committed once.
+
+const KILLS: usize = 10;
+
+#[test]
+fn cholesky_every_variant_survives_ten_kills_bit_identical_each_task_once() {
+    let seed = seed();
+    eprintln!("seed {seed} (set FT_SEED to replay)");
+    // Rapid kills may hit the task first in line again and again: raise the
+    // poison limit so this test is about recovery, not dead-lettering.
+    let env = Env::start(&["--attempt-limit", "1000"]);
+    let s = env.s();
+    let (n, b) = (520u64, 64u32);
+    let p = blocks(n, b);
+    create_kind(s, "S", n, n, b, "spd", 3);
+    for (v, variant) in VARIANTS.into_iter().enumerate() {
+        let mut outs = Vec::new();
+        for kills in [0, KILLS] {
+            let out = format!("L-{variant}-{kills}");
+            let job = submit(s, &["cholesky", "S", "--out", &out, "--variant", variant, "--flag-timeout-ms", "500"]);
+            let total = chol_tasks(variant, p);
+            let made = run_with_kills(&env, job, total, kills, seed + v as u64);
+            assert!(made >= kills, "{variant}: only {made} kills landed while the job ran");
+            env.assert_each_task_once(job, total);
+            verify_ok(s, job, "‖A − L·Lᵀ‖_F/‖A‖_F");
+            outs.push(env.export_bytes(&out));
+        }
+        assert!(outs[0] == outs[1], "{variant}: the factor after {KILLS} kills differs from the run without kills");
+    }
+}
+
+#[test]
+fn lu_with_and_without_pivoting_survives_ten_kills_bit_identical_each_task_once() {
+    let seed = seed();
+    eprintln!("seed {seed} (set FT_SEED to replay)");
+    let env = Env::start(&["--attempt-limit", "1000"]);
+    let s = env.s();
+    let (n, b) = (420u64, 64u32);
+    let p = blocks(n, b);
+    create_kind(s, "D", n, n, b, "diag-dominant", 4);
+    create_kind(s, "R", n, n, b, "random", 5);
+    for pivot in [false, true] {
+        let a = if pivot { "R" } else { "D" };
+        let mut outs = Vec::new();
+        let mut pivs = Vec::new();
+        for kills in [0, KILLS] {
+            let out = format!("LU-{pivot}-{kills}");
+            let mut args = vec!["lu", a, "--out", out.as_str()];
+            if pivot {
+                args.push("--pivot");
+            }
+            let job = submit(s, &args);
+            let total = lu_tasks(pivot, p);
+            let made = run_with_kills(&env, job, total, kills, seed + u64::from(pivot));
+            assert!(made >= kills, "pivot={pivot}: only {made} kills landed while the job ran");
+            env.assert_each_task_once(job, total);
+            verify_ok(s, job, "‖PA − L·U‖_F/‖A‖_F");
+            outs.push(env.export_bytes(&out));
+            if pivot {
+                pivs.push(env.pivots(job, p as u32));
+            }
+        }
+        assert!(outs[0] == outs[1], "pivot={pivot}: the factors after {KILLS} kills differ from the run without kills");
+        if pivot {
+            assert_eq!(pivs[0], pivs[1], "the interchanges differ after kills");
+        }
+    }
+}
+
+#[test]
+fn raytrace_survives_ten_kills_byte_identical_each_task_once() {
+    let seed = seed();
+    eprintln!("seed {seed} (set FT_SEED to replay)");
+    let env = Env::start(&["--attempt-limit", "1000"]);
+    let s = env.s();
+    let (level, w, h, g) = (3, 96, 90, 2);
+    let mut pngs = Vec::new();
+    for kills in [0, KILLS] {
+        let name = format!("balls-{kills}");
+        let job = submit_raytrace(s, &name, level, w, h, g, 1);
+        let total = h.div_ceil(g) as usize;
+        let made = run_with_kills(&env, job, total, kills, seed);
+        assert!(made >= kills, "only {made} kills landed while the job ran");
+        env.assert_each_task_once(job, total);
+        pngs.push(export_png(&env, &name));
+    }
+    assert!(pngs[0] == pngs[1], "the image after {KILLS} kills differs from the run without kills");
+    assert!(pngs[1] == reference_png(level, w, h, 1), "the image differs from the single-process render");
+}
+
+/// Single-bag: the slave computing `L(0,0)`, which every task of column 0
+/// waits on, is killed while the others wait on its ready flag. No
+/// replacement is started: the waiters must time out, abort (their tasks go
+/// back to the bag), and one of them must redo `L(0,0)`.
+#[test]
+fn single_bag_waiters_time_out_when_the_slave_they_wait_on_is_killed() {
+    let env = Env::start(&[]);
+    let s = env.s();
+    let (n, b) = (128u64, 32u32);
+    create_kind(s, "S", n, n, b, "spd", 9);
+    let job = submit(s, &["cholesky", "S", "--out", "L", "--variant", "single-bag", "--flag-timeout-ms", "300"]);
+    let bag = env.record(job).bags[0].clone();
+    let l = env.rt.block_on(env.client.matrix_by_name("L")).unwrap();
+    // Hold the write lock on L(0,0): the slave that computes it stays inside
+    // its task (blocked writing it) until we let go.
+    let session = env.rt.block_on(env.client.open_session("test holder")).unwrap();
+    let holder = env.rt.block_on(session.begin()).unwrap();
+    let zero = BlockData { rows: 32, cols: 32, data: vec![0.0; 32 * 32] };
+    env.rt.block_on(holder.put_block(l.id, 0, 0, zero)).unwrap();
+
+    let taken = |k: u64| {
+        support::wait_for(Duration::from_secs(30), || (env.rt.block_on(env.client.bag_stats(&bag)).unwrap().taken >= k).then_some(()))
+            .unwrap_or_else(|| panic!("never {k} tasks taken"))
+    };
+    let mut first = Slaves::start(s, 1, &[]);
+    taken(1); // It holds (0,0), the first in line.
+    let mut waiters: Vec<Child> = (0..2).map(|k| logged_slave(s, &format!("waiter-{k}"), &env.path(&format!("waiter-{k}.log")))).collect();
+    taken(3); // They hold (1,0) and (2,0) and wait on the flag of (0,0).
+    let elements = env.rt.block_on(env.client.list_bag(&bag)).unwrap();
+    let seq_of = |i: u32, j: u32| {
+        let want = serde_json::json!({"t": "block", "i": i, "j": j});
+        elements.iter().find(|t| serde_json::from_slice::<serde_json::Value>(&t.payload).unwrap() == want).unwrap().seq
+    };
+    let s00 = seq_of(0, 0);
+    first.kill(0);
+
+    // The killed slave's task is back (orphaned once) and both waiters have
+    // given theirs back after their flag timeout (the slaves log it; the
+    // store's bag listing does not report returns).
+    let flag = apps::cholesky::flag_key(job, 0, 0);
+    support::wait_for(Duration::from_secs(30), || {
+        let now = env.rt.block_on(env.client.list_bag(&bag)).unwrap();
+        let orphaned = now.iter().any(|t| t.seq == s00 && t.attempts >= 1);
+        let timed_out = (0..2).all(|k| {
+            let log = std::fs::read_to_string(env.path(&format!("waiter-{k}.log"))).unwrap_or_default();
+            log.lines().any(|l| l.contains("goes back to the bag") && l.contains(&flag) && l.contains("did not appear"))
+        });
+        (orphaned && timed_out).then_some(())
+    })
+    .unwrap_or_else(|| panic!("the waiters never timed out and gave their tasks back: {:?}", env.rt.block_on(env.client.list_bag(&bag))));
+    env.rt.block_on(holder.abort()).unwrap();
+
+    let out = wait_job(s, job, Duration::from_secs(60));
+    assert!(out.status.success(), "job failed: {}", String::from_utf8_lossy(&out.stderr));
+    let done = env.assert_each_task_once(job, chol_tasks("single-bag", blocks(n, b)));
+    let rec = |seq: u64| &done.iter().find(|(k, _)| k.ends_with(&format!("{seq:012}"))).expect("record of the task").1;
+    assert!(rec(s00).attempts >= 1, "L(0,0) was redone after its slave died");
+    assert!(waiters.iter_mut().all(|c| c.try_wait().unwrap().is_none()), "the waiters are alive");
+    waiters.into_iter().for_each(kill_child);
+    let a = env.export("S");
+    let res = cholesky_residual(&a, &env.export("L"));
+    assert!(res <= 1e-13 * n as f64, "residual {res:e}");
+}
+
+// ---------------------------------------------------------------------------
+// 3. Jobs that cannot succeed fail, with the block named, and do not hang.
+
+#[test]
+fn non_spd_cholesky_and_singular_lu_fail_naming_the_block() {
+    let env = Env::start(&[]);
+    let s = env.s();
+    let _slaves = Slaves::start(s, 2, &[]);
+    let (n, b) = (100usize, 32u32);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+    // Symmetric and diagonally dominant, except a negative diagonal entry at
+    // row 70 = block 2, its row 6: the leading minor of order 71 is the
+    // first that is not positive definite.
+    let mut spd = Mat::zeros(n, n);
+    for c in 0..n {
+        for r in c..n {
+            let v: f64 = rng.gen_range(-1.0..1.0) + if r == c { n as f64 } else { 0.0 };
+            spd.set(r, c, v);
+            spd.set(c, r, v);
+        }
+    }
+    spd.set(70, 70, -(n as f64));
+    // Diagonally dominant with row 70 all zero: the elimination leaves row 6
+    // of block (2,2) exactly zero, a zero pivot.
+    let mut sing = Mat::zeros(n, n);
+    for c in 0..n {
+        for r in 0..n {
+            let v: f64 = rng.gen_range(-1.0..1.0) + if r == c { n as f64 } else { 0.0 };
+            sing.set(r, c, if r == 70 { 0.0 } else { v });
+        }
+    }
+    let bs = b.to_string();
+    for (name, m) in [("N", &spd), ("Z", &sing)] {
+        let f = env.path(&format!("{name}-in.npy"));
+        write_npy(&f, m);
+        master_ok(s, &["matrix", "import", name, f.to_str().unwrap(), "--block", &bs]);
+    }
+    let mut jobs: Vec<(Uuid, &str)> = VARIANTS
+        .into_iter()
+        .map(|v| (submit(s, &["cholesky", "N", "--out", &format!("L-{v}"), "--variant", v, "--flag-timeout-ms", "300"]), "not positive definite"))
+        .collect();
+    jobs.push((submit(s, &["lu", "Z", "--out", "LU"]), "singular"));
+    for (job, what) in jobs {
+        let t = Instant::now();
+        let out = wait_job(s, job, Duration::from_secs(60));
+        let err = String::from_utf8_lossy(&out.stderr);
+        eprintln!("job {job} ended in {:?}: {err}", t.elapsed());
+        assert!(!out.status.success(), "job {job} should have failed");
+        assert!(err.contains(what) && err.contains("block (2,2)") && err.contains("row 6"), "unclear reason: {err}");
+        let status = master_ok(s, &["status", &job.to_string()]);
+        assert!(status.contains("failed"), "{status}");
+        let v = master(s, &["verify", &job.to_string()]);
+        assert!(!v.status.success(), "verify of a failed job must not pass");
+    }
+    // The store still works after failed jobs: a good job runs to the end.
+    create_kind(s, "ok", 64, 64, 32, "spd", 1);
+    let job = submit(s, &["cholesky", "ok", "--out", "Lok"]);
+    wait_ok(s, job);
+}
