@@ -156,7 +156,7 @@ pub(crate) async fn submit_spec(client: &Client, spec: JobSpec) -> anyhow::Resul
         }
         let record = JobRecord {
             bags: plan.bags.iter().map(|b| b.name.clone()).collect(),
-            n_tasks: plan.bags.iter().map(|b| b.tasks.len()).collect(),
+            n_tasks: task_counts(&spec, &plan),
             spec: spec.clone(),
             submitted_ms: record::now_ms(),
         };
@@ -181,6 +181,19 @@ pub(crate) async fn submit_spec(client: &Client, spec: JobSpec) -> anyhow::Resul
         }
     }
     result
+}
+
+/// How many tasks each bag runs in all: what the plan enqueues, except
+/// that the dag Cholesky bag starts with one task and grows to every block
+/// of the lower triangle (committing tasks enqueue their successors).
+fn task_counts(spec: &JobSpec, plan: &apps::job::Plan) -> Vec<usize> {
+    match spec {
+        JobSpec::Cholesky { a, variant: CholeskyVariant::Dag, .. } => {
+            let p = a.block_rows() as usize;
+            vec![p * (p + 1) / 2]
+        }
+        _ => plan.bags.iter().map(|b| b.tasks.len()).collect(),
+    }
 }
 
 /// Everything the store knows about a job's progress.

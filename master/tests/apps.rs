@@ -147,15 +147,16 @@ fn permutation(swaps: &[u64]) -> Vec<usize> {
 /// `‖P·A − L·U‖_F / ‖A‖_F` with L unit lower and U upper packed in `lu`.
 fn lu_residual(a: &Mat, lu: &Mat, perm: &[usize]) -> f64 {
     let n = a.rows;
+    assert_eq!(perm.len(), n);
     let mut num = 0.0;
     for c in 0..n {
-        for r in 0..n {
+        for (r, &pr) in perm.iter().enumerate() {
             let mut s = 0.0;
             for k in 0..=r.min(c) {
                 let l = if k == r { 1.0 } else { lu.get(r, k) };
                 s += l * lu.get(k, c);
             }
-            num += (a.get(perm[r], c) - s).powi(2);
+            num += (a.get(pr, c) - s).powi(2);
         }
     }
     num.sqrt() / a.frob()
@@ -163,6 +164,47 @@ fn lu_residual(a: &Mat, lu: &Mat, perm: &[usize]) -> f64 {
 
 fn upper_is_zero(l: &Mat) -> bool {
     (1..l.cols).all(|c| (0..c.min(l.rows)).all(|r| l.get(r, c).to_bits() == 0))
+}
+
+/// The in-test checks are not vacuous: they pass the LAPACK factors and
+/// reject slightly wrong ones (no processes involved).
+#[test]
+fn the_reference_checks_reject_a_wrong_factor() {
+    let n = 60;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    let mut a = Mat::zeros(n, n);
+    for c in 0..n {
+        for r in c..n {
+            let v: f64 = rng.gen_range(-1.0..1.0) + if r == c { n as f64 } else { 0.0 };
+            a.set(r, c, v);
+            a.set(c, r, v);
+        }
+    }
+    let bound = 1e-13 * n as f64;
+    let l = lapack_cholesky(&a);
+    assert!(cholesky_residual(&a, &l) <= bound && upper_is_zero(&l));
+    let mut bad = l.clone();
+    bad.set(40, 17, bad.get(40, 17) * (1.0 + 1e-6));
+    assert!(cholesky_residual(&a, &bad) > bound && bad.rel_diff(&l) > 0.0);
+    bad = l.clone();
+    bad.set(3, 5, 1e-300);
+    assert!(!upper_is_zero(&bad));
+
+    let (lu, piv) = lapack_lu(&a);
+    let perm = permutation(&piv);
+    assert!(lu_residual(&a, &lu, &perm) <= bound);
+    let mut swapped = piv.clone();
+    swapped.swap(10, 11);
+    swapped[10] = 12;
+    assert!(lu_residual(&a, &lu, &permutation(&swapped)) > bound);
+    let mut bad = lu.clone();
+    bad.set(50, 20, bad.get(50, 20) * (1.0 + 1e-6));
+    assert!(lu_residual(&a, &bad, &perm) > bound);
+
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("a.npy");
+    write_npy(&f, &a);
+    assert!(read_npy(&f) == a, "the .npy round trip is exact");
 }
 
 // ---------------------------------------------------------------------------
@@ -288,6 +330,12 @@ fn verify_ok(s: &str, job: Uuid, needle: &str) {
     let out = master(s, &["verify", &job.to_string()]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.contains(needle), "verify {job}: {text}{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `master status JOB` says the job succeeded with all `total` tasks done.
+fn status_complete(s: &str, job: Uuid, total: usize) {
+    let status = master_ok(s, &["status", &job.to_string()]);
+    assert!(status.contains("succeeded") && status.contains(&format!(" {total}/{total} tasks")), "expected {total}/{total} tasks: {status}");
 }
 
 /// Slave processes, killed on drop.
@@ -435,6 +483,7 @@ fn cholesky_every_variant_and_size_matches_in_core_lapack() {
             assert!(res <= bound, "{variant} n={n} b={b}: ‖A − LLᵀ‖/‖A‖ = {res:e} > {bound:e}");
             assert!(diff <= bound, "{variant} n={n} b={b}: ‖L − L_lapack‖/‖L_lapack‖ = {diff:e} > {bound:e}");
             env.assert_each_task_once(job, chol_tasks(variant, blocks(n, b)));
+            status_complete(s, job, chol_tasks(variant, blocks(n, b)));
             verify_ok(s, job, "‖A − L·Lᵀ‖_F/‖A‖_F");
         }
     }
@@ -476,6 +525,7 @@ fn lu_with_and_without_pivoting_matches_in_core_lapack() {
             assert!(res <= bound, "pivot={pivot} n={n} b={b}: ‖PA − LU‖/‖A‖ = {res:e} > {bound:e}");
             assert!(diff <= bound, "pivot={pivot} n={n} b={b}: ‖LU − LU_lapack‖/‖LU_lapack‖ = {diff:e} > {bound:e}");
             env.assert_each_task_once(job, lu_tasks(pivot, p));
+            status_complete(s, job, lu_tasks(pivot, p));
             verify_ok(s, job, "‖PA − L·U‖_F/‖A‖_F");
         }
     }
@@ -514,6 +564,7 @@ fn raytraced_images_equal_a_single_process_render() {
         let want = reference_png(level, w, h, sa);
         assert!(got == want, "{name}: exported PNG differs from the single-process render");
         env.assert_each_task_once(job, h.div_ceil(g) as usize);
+        status_complete(s, job, h.div_ceil(g) as usize);
         verify_ok(s, job, "byte-identical to a single-process render: true");
     }
 }
@@ -544,6 +595,7 @@ fn cholesky_every_variant_survives_ten_kills_bit_identical_each_task_once() {
             let made = run_with_kills(&env, job, total, kills, seed + v as u64);
             assert!(made >= kills, "{variant}: only {made} kills landed while the job ran");
             env.assert_each_task_once(job, total);
+            status_complete(s, job, total);
             verify_ok(s, job, "‖A − L·Lᵀ‖_F/‖A‖_F");
             outs.push(env.export_bytes(&out));
         }
@@ -576,6 +628,7 @@ fn lu_with_and_without_pivoting_survives_ten_kills_bit_identical_each_task_once(
             let made = run_with_kills(&env, job, total, kills, seed + u64::from(pivot));
             assert!(made >= kills, "pivot={pivot}: only {made} kills landed while the job ran");
             env.assert_each_task_once(job, total);
+            status_complete(s, job, total);
             verify_ok(s, job, "‖PA − L·U‖_F/‖A‖_F");
             outs.push(env.export_bytes(&out));
             if pivot {
@@ -604,6 +657,7 @@ fn raytrace_survives_ten_kills_byte_identical_each_task_once() {
         let made = run_with_kills(&env, job, total, kills, seed);
         assert!(made >= kills, "only {made} kills landed while the job ran");
         env.assert_each_task_once(job, total);
+        status_complete(s, job, total);
         pngs.push(export_png(&env, &name));
     }
     assert!(pngs[0] == pngs[1], "the image after {KILLS} kills differs from the run without kills");
