@@ -46,7 +46,9 @@ pub(crate) enum Command {
         #[command(flatten)]
         store: StoreArgs,
     },
-    /// Export a matrix to a .npy file (Fortran order), block by block.
+    /// Export a matrix to a .npy file (Fortran order), block by block. NAME.perm
+    /// (no matrix of that name) exports the row permutation of the pivoted LU
+    /// job that wrote NAME: int64 `perm` with P·A = A[perm].
     Export {
         name: String,
         file: PathBuf,
@@ -87,8 +89,13 @@ pub(crate) async fn run(cmd: Command) -> anyhow::Result<()> {
         }
         Command::Export { name, file, store } => {
             let client = store.connect().await?;
-            let m = client.matrix_by_name(&name).await?;
-            export(&client, &m, &file).await?;
+            match name.strip_suffix(".perm") {
+                Some(lu) if client.matrix_by_name(&name).await.is_err() => export_perm(&client, lu, &file).await?,
+                _ => {
+                    let m = client.matrix_by_name(&name).await?;
+                    export(&client, &m, &file).await?;
+                }
+            }
         }
         Command::List { store } => {
             let client = store.connect().await?;
@@ -212,6 +219,27 @@ pub(crate) async fn import(client: &Client, name: &str, file: &PathBuf, block: u
         return Err(e.context(format!("importing {} (matrix removed again)", file.display())));
     }
     Ok(m)
+}
+
+/// `master matrix export LU.perm FILE`: the row permutation of the latest
+/// pivoted LU job that wrote `LU`, as a 1-D int64 array `perm` with
+/// `P·A = A[perm]` (row `r` of `P·A` is row `perm[r]` of A).
+async fn export_perm(client: &Client, lu_name: &str, file: &PathBuf) -> anyhow::Result<()> {
+    let job = crate::jobs::all_jobs(client)
+        .await?
+        .into_iter()
+        .rev()
+        .find(|j| matches!(&j.spec, apps::job::JobSpec::Lu { lu, pivot: true, .. } if lu.name == lu_name))
+        .with_context(|| format!("no matrix {lu_name:?}.perm and no pivoted LU job wrote {lu_name:?}"))?;
+    let apps::job::JobSpec::Lu { job: id, lu, .. } = job.spec else { unreachable!("matched above") };
+    let perm = crate::source::with_source(client, move |src| apps::lu::permutation(src, id, &lu)).await??;
+    let mut bytes = Vec::with_capacity(perm.len() * 8 + 128);
+    npy::write_i64_vector_header(&mut bytes, perm.len() as u64);
+    for r in perm {
+        bytes.extend_from_slice(&(r as i64).to_le_bytes());
+    }
+    std::fs::write(file, bytes).with_context(|| format!("writing {}", file.display()))?;
+    Ok(())
 }
 
 pub(crate) async fn export(client: &Client, m: &MatrixInfo, file: &PathBuf) -> anyhow::Result<()> {

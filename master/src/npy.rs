@@ -95,6 +95,18 @@ pub(crate) fn write_header(f: &mut File, rows: u64, cols: u64) -> Result<NpyLayo
     Ok(NpyLayout { rows, cols, fortran: true, data_offset: (10 + dict.len()) as u64 })
 }
 
+/// Appends a version-1.0 header for a 1-D little-endian int64 array of
+/// length `len` (a permutation).
+pub(crate) fn write_i64_vector_header(out: &mut Vec<u8>, len: u64) {
+    let mut dict = format!("{{'descr': '<i8', 'fortran_order': False, 'shape': ({len},), }}");
+    let total = 10 + dict.len() + 1;
+    dict.push_str(&" ".repeat((64 - total % 64) % 64));
+    dict.push('\n');
+    out.extend_from_slice(b"\x93NUMPY\x01\x00");
+    out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    out.extend_from_slice(dict.as_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -78,6 +78,19 @@ fn read_npy(path: &Path) -> Mat {
     m
 }
 
+/// Reads a 1-D `<i8` .npy file (a permutation), by hand.
+fn read_perm_npy(path: &Path) -> Vec<usize> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00", "{}: not a version-1 .npy file", path.display());
+    let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = std::str::from_utf8(&bytes[10..10 + hlen]).unwrap();
+    assert!(header.contains("'descr': '<i8'"), "{header}");
+    let len: usize = header.split("'shape': (").nth(1).and_then(|s| s.split(',').next()).unwrap().trim().parse().unwrap();
+    let vals: Vec<usize> = bytes[10 + hlen..].chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap()) as usize).collect();
+    assert_eq!(vals.len(), len);
+    vals
+}
+
 /// Writes a Fortran-order `<f8` .npy file (version 1.0).
 fn write_npy(path: &Path, m: &Mat) {
     let mut dict = format!("{{'descr': '<f8', 'fortran_order': True, 'shape': ({}, {}), }}", m.rows, m.cols);
@@ -514,6 +527,9 @@ fn lu_with_and_without_pivoting_matches_in_core_lapack() {
             let swaps = if pivot { env.pivots(job, p as u32) } else { (0..n).collect() };
             if pivot {
                 assert_eq!(swaps, want_piv, "n={n} b={b}: interchanges differ from LAPACK's");
+                let f = env.path(&format!("{out}.perm.npy"));
+                master_ok(s, &["matrix", "export", &format!("{out}.perm"), f.to_str().unwrap()]);
+                assert_eq!(read_perm_npy(&f), permutation(&want_piv), "n={n} b={b}: exported permutation");
                 assert!(swaps.iter().enumerate().any(|(r, &g)| g != r as u64), "a random matrix needs interchanges");
             } else {
                 // Diagonally dominant: LAPACK interchanges nothing either, so the factors compare.
