@@ -120,6 +120,9 @@ pub(crate) fn fit(points: &[Point]) -> Piecewise {
         // From a quarter of the smallest size to the largest, geometrically.
         candidates.push(lo / 4.0 * (hi / (lo / 4.0)).powf(k as f64 / steps as f64));
     }
+    // The measured sizes too: a kink at a swept size is then found exactly,
+    // not one grid step off (which also skews the bandwidth).
+    candidates.extend(pts.iter().map(|p| p.units));
     let mut best = (f64::INFINITY, Piecewise::new(1.0, 0.0));
     for th in candidates {
         let logs: Vec<f64> = pts.iter().map(|p| (p.units.max(th) / p.secs).ln()).collect();
