@@ -68,7 +68,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     // This process is both the store node and its client: tune malloc as
     // `master serve` and `slave` do, so the figure is the deployed one.
     // The raw side runs in the same process with the same allocator.
-    reuse_block_buffers();
+    store_client::reuse_block_buffers();
     let mib = args.mib.unwrap_or(if args.quick { 96 } else { 512 });
     let reps = args.reps.unwrap_or(if args.quick { 1 } else { 2 }).max(1);
     let mut node = InProcess::start(args.dir.as_deref())?;
@@ -278,22 +278,3 @@ fn drop_caches() -> anyhow::Result<()> {
     Ok(())
 }
 
-extern "C" {
-    // glibc's malloc tuning (Linux with glibc, as `master serve` assumes).
-    fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
-}
-
-/// As `master serve` and `slave` do: block buffers in reused heap memory
-/// instead of a fresh mmap (page faults and zeroing) per 32 MiB block.
-fn reuse_block_buffers() {
-    const M_TRIM_THRESHOLD: std::ffi::c_int = -1;
-    const M_MMAP_MAX: std::ffi::c_int = -4;
-    const M_ARENA_MAX: std::ffi::c_int = -8;
-    // SAFETY: mallopt only changes allocator parameters, before any block
-    // buffer exists.
-    unsafe {
-        mallopt(M_ARENA_MAX, 1);
-        mallopt(M_MMAP_MAX, 0);
-        mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    }
-}

@@ -5,9 +5,8 @@
 //!
 //! The in-core reference runs in this process: OpenBLAS reads
 //! `OPENBLAS_NUM_THREADS` only when the library loads, so the thread count
-//! is set with `openblas_set_num_threads` instead.
+//! is set through `apps::kernels::set_blas_threads` instead.
 
-use std::ffi::c_int;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -19,15 +18,9 @@ use serde_json::{json, Value};
 use crate::cluster::{Cluster, ClusterConfig, JobResult, ProcStats, Snapshot};
 use crate::report::Figure;
 
-extern "C" {
-    // OpenBLAS's own entry point (linked through apps' blas-src).
-    fn openblas_set_num_threads(n: c_int);
-}
-
 /// Sets the BLAS threads of this process.
 pub(crate) fn set_blas_threads(n: usize) {
-    // SAFETY: plain setter of OpenBLAS's global thread count, called while no BLAS call runs.
-    unsafe { openblas_set_num_threads(n as c_int) }
+    apps::kernels::set_blas_threads(n);
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -90,11 +90,6 @@ fn job_latency(quick: bool) -> anyhow::Result<f64> {
     Ok(median(&mut times))
 }
 
-extern "C" {
-    // OpenBLAS reads OPENBLAS_NUM_THREADS when the library is loaded, before
-    // main runs, so setting the variable here would be too late.
-    fn openblas_set_num_threads(n: libc::c_int);
-}
 
 /// One measured point of a sweep: work (flop or bytes) and seconds.
 #[derive(Clone, Copy, Debug)]
@@ -455,8 +450,8 @@ fn print_sweep(what: &str, unit: &str, scale: f64, points: &[Point], fitted: &Pi
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    // SAFETY: plain setter of the BLAS library's thread count.
-    unsafe { openblas_set_num_threads(1) };
+    // Kernel rates are per slave, and a slave runs BLAS on one thread.
+    apps::kernels::set_blas_threads(1);
     let started = Instant::now();
     let (kernel_sizes, min_secs): (&[usize], f64) = if args.quick {
         (&[16, 32, 64, 128, 192, 256, 384, 512], 0.05)

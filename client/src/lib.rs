@@ -20,6 +20,7 @@
 //! # Ok(()) }
 //! ```
 
+mod alloc;
 pub mod block;
 mod client;
 mod error;
@@ -32,6 +33,7 @@ pub mod proto {
 }
 
 pub use client::{Action, BagStats, BlockData, BlockReader, Client, Dequeue, MatrixInfo, Session, Task, CHUNK_BYTES, MAX_FRAME_BYTES, MAX_MESSAGE_BYTES};
+pub use alloc::reuse_block_buffers;
 pub use error::StoreError;
 
 /// The default address of a store node.

@@ -34,30 +34,8 @@ pub(crate) struct Args {
     test_hooks: bool,
 }
 
-extern "C" {
-    // glibc's malloc tuning (the node runs on Linux with glibc).
-    fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
-}
-
-/// Keeps block buffers in reused heap memory. glibc serves allocations of
-/// 32 MiB or more (a b = 2048 block, read from RocksDB for every get) with
-/// a fresh mmap: each read page-faulted and zeroed 8192 pages and unmapped
-/// them again, about a quarter of the node's CPU under a multiply.
-fn reuse_block_buffers() {
-    const M_TRIM_THRESHOLD: std::ffi::c_int = -1;
-    const M_MMAP_MAX: std::ffi::c_int = -4;
-    const M_ARENA_MAX: std::ffi::c_int = -8;
-    // SAFETY: mallopt only changes allocator parameters.
-    unsafe {
-        // One arena: thread arenas give whole freed heaps back to the kernel.
-        mallopt(M_ARENA_MAX, 1);
-        mallopt(M_MMAP_MAX, 0);
-        mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    }
-}
-
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
-    reuse_block_buffers();
+    store_client::reuse_block_buffers();
     let mut config = store::Config::new(args.data.clone(), args.listen);
     config.token = args.token;
     config.cache_mib = args.cache_mib;

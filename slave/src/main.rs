@@ -29,31 +29,8 @@ struct Args {
     dequeue_wait_ms: u64,
 }
 
-extern "C" {
-    // glibc's malloc tuning (the slave runs on Linux with glibc).
-    fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
-}
-
-/// Keeps block buffers in one reused heap. glibc serves every allocation
-/// of 32 MiB or more (a b = 2048 block) with a fresh mmap: each block read
-/// then page-faulted and zeroed 8192 pages and unmapped them again, a
-/// large share of a slave's CPU besides dgemm. One arena, so a buffer
-/// freed on one thread is reused by the next read on any other and the
-/// peak RSS stays near the blocks actually held.
-fn reuse_block_buffers() {
-    const M_TRIM_THRESHOLD: std::ffi::c_int = -1;
-    const M_MMAP_MAX: std::ffi::c_int = -4;
-    const M_ARENA_MAX: std::ffi::c_int = -8;
-    // SAFETY: mallopt only changes allocator parameters; called first thing in main.
-    unsafe {
-        mallopt(M_ARENA_MAX, 1);
-        mallopt(M_MMAP_MAX, 0);
-        mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    }
-}
-
 fn main() -> anyhow::Result<()> {
-    reuse_block_buffers();
+    store_client::reuse_block_buffers();
     // One slave per core: BLAS must not spawn threads of its own. OpenBLAS
     // read OPENBLAS_NUM_THREADS when it was loaded, before main: an unset
     // variable meant "all cores", so the count is set through its API.
