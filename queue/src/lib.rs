@@ -282,11 +282,18 @@ impl Bags {
     }
 
     /// Payloads of a bag's elements in queue order (free and taken).
-    pub fn peek_all(&self, bag: &str) -> Vec<(u64, Vec<u8>, u32)> {
+    pub fn peek_all(&self, bag: &str) -> Vec<Dequeued> {
         let Some(b) = self.bags.get(bag) else { return Vec::new() };
-        let mut v: Vec<_> = b.free.iter().map(|(s, e)| (*s, e.payload.clone(), e.attempts)).collect();
-        v.extend(b.taken.iter().map(|(s, (_, e))| (*s, e.payload.clone(), e.attempts)));
-        v.sort_by_key(|x| x.0);
+        let record = |seq: u64, e: &Entry| Dequeued {
+            bag: bag.to_owned(),
+            seq,
+            payload: e.payload.clone(),
+            attempts: e.attempts,
+            returns: e.returns,
+        };
+        let mut v: Vec<_> = b.free.iter().map(|(s, e)| record(*s, e)).collect();
+        v.extend(b.taken.iter().map(|(s, (_, e))| record(*s, e)));
+        v.sort_by_key(|d| d.seq);
         v
     }
 }

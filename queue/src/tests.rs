@@ -115,3 +115,17 @@ fn load_restores_order_and_next_position() {
     let muts = bags.prepare_commit(ActionId(2));
     assert!(matches!(&muts[..], [Mutation::Put { seq: 8, .. }]));
 }
+
+#[test]
+fn a_listing_shows_attempts_and_returns_of_every_element() {
+    let mut bags = Bags::new(3);
+    committed(&mut bags, 1, "b", &["t1", "t2", "t3"]);
+    take(&mut bags, 10, "b");
+    bags.abort(ActionId(10), false); // t1 given back on purpose
+    take(&mut bags, 11, "b");
+    bags.abort(ActionId(11), true); // t1 orphaned
+    take(&mut bags, 12, "b"); // t1 held while listed
+    let listed: Vec<(u64, u32, u32)> = bags.peek_all("b").iter().map(|d| (d.seq, d.attempts, d.returns)).collect();
+    assert_eq!(listed, vec![(0, 1, 1), (1, 0, 0), (2, 0, 0)]);
+    assert!(bags.peek_all("missing").is_empty());
+}

@@ -390,12 +390,7 @@ impl Node {
     }
 
     pub(crate) fn list_bag(&self, bag: &str) -> Vec<Dequeued> {
-        let core = self.core();
-        core.bags
-            .peek_all(bag)
-            .into_iter()
-            .map(|(seq, payload, attempts)| Dequeued { bag: bag.to_owned(), seq, payload, attempts, returns: 0 })
-            .collect()
+        self.core().bags.peek_all(bag)
     }
 }
 
