@@ -134,18 +134,14 @@ impl Step {
         self.max(|c| c.comp)
     }
 
+    /// The same tasks, each class's cost mapped by `f`.
+    fn map_costs(&self, f: impl Fn(TaskCost) -> TaskCost) -> Step {
+        Step { classes: self.classes.iter().map(|c| TaskClass { count: c.count, cost: f(c.cost) }).collect() }
+    }
+
     /// The same tasks with compute `factor` times slower.
     pub fn slowed(&self, factor: f64) -> Step {
-        Step {
-            classes: self
-                .classes
-                .iter()
-                .map(|c| TaskClass {
-                    count: c.count,
-                    cost: TaskCost { comp: c.cost.comp * factor, ..c.cost },
-                })
-                .collect(),
-        }
+        self.map_costs(|c| TaskCost { comp: c.comp * factor, ..c })
     }
 
     /// Extension: every task pays `overhead` seconds beyond its blocks and
@@ -156,20 +152,7 @@ impl Step {
     /// runs in parallel with other slaves, so it is added to `comp`.
     pub fn with_task_overhead(&self, overhead: f64, store_share: f64) -> Step {
         let share = store_share.clamp(0.0, 1.0);
-        Step {
-            classes: self
-                .classes
-                .iter()
-                .map(|c| TaskClass {
-                    count: c.count,
-                    cost: TaskCost {
-                        disk: c.cost.disk + share * overhead,
-                        comp: c.cost.comp + (1.0 - share) * overhead,
-                        ..c.cost
-                    },
-                })
-                .collect(),
-        }
+        self.map_costs(|c| TaskCost { disk: c.disk + share * overhead, comp: c.comp + (1.0 - share) * overhead, ..c })
     }
 
     /// Store busy time, a lower bound on the step (3.3, 5.6, §5.4).
