@@ -58,6 +58,37 @@ pub(crate) struct Args {
     /// go in fresh subdirectories of it (default: the system temp directory).
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
+    /// How blocks travel: the data plane's Unix socket (what a client on
+    /// the node's machine uses), its TCP port (what a remote client uses),
+    /// or the gRPC stream RPCs.
+    #[arg(long, value_enum, default_value_t = Via::Unix)]
+    via: Via,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum Via {
+    Unix,
+    Tcp,
+    Grpc,
+}
+
+impl Via {
+    async fn connect(self, addr: &str) -> anyhow::Result<Client> {
+        let c = Client::connect(addr, None).await?;
+        Ok(match self {
+            Via::Unix => c,
+            Via::Tcp => c.blocks_over_tcp().await?,
+            Via::Grpc => c.blocks_over_grpc(),
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Via::Unix => "unix",
+            Via::Tcp => "tcp",
+            Via::Grpc => "grpc",
+        }
+    }
 }
 
 const TARGET_PUT: f64 = 0.5;
@@ -99,7 +130,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         let raw_path = raw_dir.path().join(format!("raw-{b}.bin"));
 
         // ---- puts, alternating sides ----
-        let client = rt.block_on(Client::connect(&node.addr(), None))?;
+        let client = rt.block_on(args.via.connect(&node.addr()))?;
         let m = rt.block_on(client.create_matrix(&format!("bench-blocks-{run_id}-{b}"), b as u64, b as u64 * k as u64, b))?;
         let (mut raw_put, mut store_put) = (Duration::MAX, Duration::MAX);
         for _ in 0..reps {
@@ -108,7 +139,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         }
         drop(client);
         node.restart()?;
-        let client = rt.block_on(Client::connect(&node.addr(), None))?;
+        let client = rt.block_on(args.via.connect(&node.addr()))?;
 
         // ---- gets: warm (page cache) then cold ----
         let mut gets = Vec::new();
@@ -144,7 +175,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         let r2 = |x: f64| (x * 100.0).round() / 100.0;
         let r1 = |x: f64| (x * 10.0).round() / 10.0;
         let common = |v: Vec<(&'static str, serde_json::Value)>| {
-            let mut e = vec![("b", json!(b)), ("blocks", json!(k)), ("mib", json!(r1(total / MIB))), ("loadavg", json!(load))];
+            let mut e = vec![("b", json!(b)), ("blocks", json!(k)), ("mib", json!(r1(total / MIB))), ("loadavg", json!(load)), ("via", json!(args.via.name()))];
             e.extend(v);
             e
         };

@@ -43,15 +43,21 @@ pub fn checksum(payload: &[u8]) -> u32 {
     crc32c::crc32c(payload)
 }
 
+/// The header at the start of a stored value, if it is one (magic only:
+/// the payload is checked by [`verify`] once it is there).
+pub fn decode_header(value: &[u8]) -> Option<BlockHeader> {
+    if value.len() < HEADER_LEN || &value[0..4] != MAGIC {
+        return None;
+    }
+    let u32_at = |o: usize| u32::from_le_bytes(value[o..o + 4].try_into().expect("4 bytes"));
+    Some(BlockHeader { rows: u32_at(4), cols: u32_at(8), crc32c: u32_at(12) })
+}
+
 /// Splits a stored value into its header and payload, checking magic,
 /// length and checksum. `what` names the block in the error.
 pub fn decode<'a>(value: &'a [u8], what: &dyn Fn() -> String) -> Result<(BlockHeader, &'a [u8]), StoreError> {
     let corrupt = |why: &str| StoreError::Corrupt { what: format!("{}: {why}", what()) };
-    if value.len() < HEADER_LEN || &value[0..4] != MAGIC {
-        return Err(corrupt("bad block header"));
-    }
-    let u32_at = |o: usize| u32::from_le_bytes(value[o..o + 4].try_into().expect("4 bytes"));
-    let header = BlockHeader { rows: u32_at(4), cols: u32_at(8), crc32c: u32_at(12) };
+    let header = decode_header(value).ok_or_else(|| corrupt("bad block header"))?;
     let payload = &value[HEADER_LEN..];
     if payload.len() != header.payload_len() {
         return Err(corrupt("payload length does not match the header"));

@@ -14,6 +14,7 @@ use tonic::{Request, Status};
 use uuid::Uuid;
 
 use crate::block::{self, BlockHeader};
+use crate::dataplane::{DataPlane, Target};
 use crate::proto::{self, store_client::StoreClient};
 use crate::StoreError;
 
@@ -102,6 +103,9 @@ pub struct BagStats {
 pub struct Client {
     rpc: Rpc,
     addr: String,
+    /// The node's block data plane; `None`: blocks go over gRPC.
+    plane: Option<Arc<DataPlane>>,
+    token: Option<String>,
 }
 
 impl Client {
@@ -129,7 +133,28 @@ impl Client {
         let rpc = StoreClient::with_interceptor(channel, Auth(auth))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        Ok(Client { rpc, addr: addr.to_owned() })
+        let plane = connect_data_plane(&rpc, addr, token, true).await?;
+        Ok(Client { rpc, addr: addr.to_owned(), plane, token: token.map(str::to_owned) })
+    }
+
+    /// This client with blocks over the gRPC stream RPCs instead of the
+    /// data plane (to compare the two, or past a firewall that only lets
+    /// the gRPC port through).
+    pub fn blocks_over_grpc(mut self) -> Client {
+        self.plane = None;
+        self
+    }
+
+    /// This client with blocks over the data plane's TCP port even on the
+    /// node's machine (to compare with its Unix socket).
+    pub async fn blocks_over_tcp(mut self) -> Result<Client> {
+        self.plane = connect_data_plane(&self.rpc, &self.addr, self.token.as_deref(), false).await?;
+        Ok(self)
+    }
+
+    /// Whether blocks travel over the node's data plane.
+    pub fn has_data_plane(&self) -> bool {
+        self.plane.is_some()
     }
 
     /// Connects, retrying with exponential back-off (100 ms up to 2 s) for
@@ -218,7 +243,7 @@ impl Client {
     /// Reads the committed state of a block without taking a lock (for
     /// export and verification, when no job writes the matrix).
     pub async fn read_block_committed(&self, matrix: Uuid, i: u32, j: u32) -> Result<BlockData> {
-        get_block(&self.rpc, 0, matrix, i, j, false).await
+        get_block(&self.rpc, &self.plane, 0, matrix, i, j, false).await
     }
 
     /// Reads the committed state of a small object without a lock.
@@ -296,7 +321,12 @@ impl Session {
     /// session runs, it is a nested top-level action: it commits on its own.
     pub async fn begin(&self) -> Result<Action> {
         let r = self.client.rpc.clone().begin(proto::BeginRequest { session: self.id, parent: 0 }).await?;
-        Ok(Action { rpc: self.client.rpc.clone(), id: r.into_inner().action, _session: self.heartbeat.clone() })
+        Ok(Action {
+            rpc: self.client.rpc.clone(),
+            plane: self.client.plane.clone(),
+            id: r.into_inner().action,
+            _session: self.heartbeat.clone(),
+        })
     }
 }
 
@@ -304,13 +334,14 @@ impl Session {
 #[derive(Clone)]
 pub struct BlockReader {
     rpc: Rpc,
+    plane: Option<Arc<DataPlane>>,
     action: u64,
 }
 
 impl BlockReader {
     /// Reads a block under a read lock of the action.
     pub async fn get_block(&self, matrix: Uuid, i: u32, j: u32) -> Result<BlockData> {
-        get_block(&self.rpc, self.action, matrix, i, j, false).await
+        get_block(&self.rpc, &self.plane, self.action, matrix, i, j, false).await
     }
 }
 
@@ -318,6 +349,7 @@ impl BlockReader {
 /// (orphaned, say) every call fails with `ActionAborted`.
 pub struct Action {
     rpc: Rpc,
+    plane: Option<Arc<DataPlane>>,
     id: u64,
     _session: Arc<AbortOnDrop>,
 }
@@ -329,7 +361,7 @@ impl Action {
 
     pub async fn begin_nested(&self) -> Result<Action> {
         let r = self.rpc.clone().begin(proto::BeginRequest { session: 0, parent: self.id }).await?;
-        Ok(Action { rpc: self.rpc.clone(), id: r.into_inner().action, _session: self._session.clone() })
+        Ok(Action { rpc: self.rpc.clone(), plane: self.plane.clone(), id: r.into_inner().action, _session: self._session.clone() })
     }
 
     /// Commits: a nested action into its parent; a top-level one durably
@@ -365,24 +397,27 @@ impl Action {
 
     /// Reads a block under a read lock.
     pub async fn get_block(&self, matrix: Uuid, i: u32, j: u32) -> Result<BlockData> {
-        get_block(&self.rpc, self.id, matrix, i, j, false).await
+        get_block(&self.rpc, &self.plane, self.id, matrix, i, j, false).await
     }
 
     /// A handle that reads blocks under read locks of this action from
     /// other tasks, so a slave can fetch the next blocks while it computes.
     /// Reads through it after the action ended fail with `ActionAborted`.
     pub fn block_reader(&self) -> BlockReader {
-        BlockReader { rpc: self.rpc.clone(), action: self.id }
+        BlockReader { rpc: self.rpc.clone(), plane: self.plane.clone(), action: self.id }
     }
 
     /// Reads a block under a write lock, to overwrite it next (in place).
     pub async fn get_block_for_update(&self, matrix: Uuid, i: u32, j: u32) -> Result<BlockData> {
-        get_block(&self.rpc, self.id, matrix, i, j, true).await
+        get_block(&self.rpc, &self.plane, self.id, matrix, i, j, true).await
     }
 
     /// Writes a block under an overwrite lock; visible at top-level commit.
     /// Takes the values by value so they are streamed without a copy.
     pub async fn put_block(&self, matrix: Uuid, i: u32, j: u32, block: BlockData) -> Result<()> {
+        if let Some(plane) = &self.plane {
+            return plane.put(self.id, matrix, i, j, &block).await;
+        }
         let bytes = Bytes::from_owner(F64Bytes(block.data));
         let header = proto::BlockHeader {
             action: self.id,
@@ -447,7 +482,50 @@ async fn read_small(rpc: &Rpc, action: u64, key: &str, mode: proto::LockMode) ->
     Ok(v.found.then(|| v.value.to_vec()))
 }
 
-async fn get_block(rpc: &Rpc, action: u64, matrix: Uuid, i: u32, j: u32, for_update: bool) -> Result<BlockData> {
+/// Asks the node where its data plane is and opens it; `None` when the
+/// node has none (an older node, or one serving gRPC only). A client on
+/// the node's machine (reached over loopback) uses its Unix socket.
+async fn connect_data_plane(rpc: &Rpc, addr: &str, token: Option<&str>, local: bool) -> Result<Option<Arc<DataPlane>>> {
+    let info = match rpc.clone().data_plane(proto::Empty {}).await {
+        Ok(r) => r.into_inner(),
+        Err(s) if s.code() == tonic::Code::Unimplemented => return Ok(None),
+        Err(s) => return Err(s.into()),
+    };
+    if info.port == 0 {
+        return Ok(None);
+    }
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let loopback = host == "localhost" || host.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if local && loopback && !info.unix_path.is_empty() {
+        match DataPlane::connect(Target::Unix(info.unix_path.clone().into()), token).await {
+            Ok(plane) => return Ok(Some(Arc::new(plane))),
+            Err(e @ StoreError::Unauthenticated { .. }) => return Err(e),
+            // A node in a container, say: its path is not ours.
+            Err(e) => tracing::debug!("no local data plane ({e}); blocks go over TCP"),
+        }
+    }
+    let port = info.port;
+    let unreachable = |e: std::io::Error| StoreError::StoreUnavailable { what: format!("block data plane at {host}:{port}: {e}") };
+    let plane_addr = tokio::net::lookup_host(format!("{host}:{port}"))
+        .await
+        .map_err(unreachable)?
+        .next()
+        .ok_or_else(|| unreachable(std::io::Error::other("no address")))?;
+    Ok(Some(Arc::new(DataPlane::connect(Target::Tcp(plane_addr), token).await?)))
+}
+
+async fn get_block(
+    rpc: &Rpc,
+    plane: &Option<Arc<DataPlane>>,
+    action: u64,
+    matrix: Uuid,
+    i: u32,
+    j: u32,
+    for_update: bool,
+) -> Result<BlockData> {
+    if let Some(plane) = plane {
+        return plane.get(action, matrix, i, j, for_update).await;
+    }
     let req = proto::BlockRef { action, matrix: matrix.as_bytes().to_vec().into(), i, j, for_update };
     let mut stream = rpc.clone().get_block(req).await?.into_inner();
     let truncated = || StoreError::Corrupt { what: format!("block ({i}, {j}) of {matrix}: truncated transfer") };

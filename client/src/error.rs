@@ -94,14 +94,35 @@ impl StoreError {
         Status::with_details(code, self.to_string(), detail.encode_to_vec().into())
     }
 
+    /// The typed detail alone, as the block data plane carries it.
+    pub fn to_detail(&self) -> Vec<u8> {
+        let (_, kind, what, id) = self.parts();
+        ErrorDetail { kind: kind as i32, what, id }.encode_to_vec()
+    }
+
+    /// Rebuilds an error sent by [`StoreError::to_detail`]; bytes that are
+    /// not one are a protocol failure, reported as the node being unusable.
+    pub fn from_detail(bytes: &[u8]) -> StoreError {
+        match ErrorDetail::decode(bytes) {
+            Ok(d) => Self::from_parts(d).unwrap_or_else(|what| StoreError::StoreUnavailable { what }),
+            Err(e) => StoreError::StoreUnavailable { what: format!("unreadable error detail from the node: {e}") },
+        }
+    }
+
     /// Rebuilds the error from a status. A status without our detail came
     /// from the transport (or a foreign server) and is classified by code.
     pub fn from_status(status: &Status) -> StoreError {
-        use StoreError::*;
         let Ok(d) = ErrorDetail::decode(status.details()) else { return Self::from_transport(status) };
+        Self::from_parts(d).unwrap_or_else(|_| Self::from_transport(status))
+    }
+
+    /// The variant a detail names; `Err` (with a description) for an
+    /// unknown kind, which the caller classifies by its own means.
+    fn from_parts(d: ErrorDetail) -> Result<StoreError, String> {
+        use StoreError::*;
         let what = d.what;
         let id = d.id;
-        match ErrorKind::try_from(d.kind).unwrap_or(ErrorKind::Unknown) {
+        Ok(match ErrorKind::try_from(d.kind).unwrap_or(ErrorKind::Unknown) {
             ErrorKind::ActionAborted => ActionAborted { action: id },
             ErrorKind::LockTimeout => LockTimeout { action: id, what },
             ErrorKind::Deadlock => Deadlock { action: id, what },
@@ -115,8 +136,8 @@ impl StoreError {
             ErrorKind::Unauthenticated => Unauthenticated { what },
             ErrorKind::SessionExpired => SessionExpired { session: id },
             ErrorKind::ShuttingDown => ShuttingDown,
-            ErrorKind::Unknown => Self::from_transport(status),
-        }
+            ErrorKind::Unknown => return Err(format!("an error of unknown kind {}: {what}", d.kind)),
+        })
     }
 
     fn from_transport(status: &Status) -> StoreError {

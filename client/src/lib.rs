@@ -23,6 +23,7 @@
 mod alloc;
 pub mod block;
 mod client;
+pub mod dataplane;
 mod error;
 
 /// Generated protobuf types and gRPC stubs; the node's RPC layer uses them

@@ -14,6 +14,11 @@ pub(crate) struct Args {
     /// Address to listen on. Loopback unless you mean to serve other machines.
     #[arg(long, default_value = store_client::DEFAULT_STORE_ADDR)]
     listen: SocketAddr,
+    /// Address of the block data plane (plain TCP that carries block gets
+    /// and puts; clients learn it over gRPC). Default: the --listen IP with
+    /// a port the system picks; give one to open it in a firewall.
+    #[arg(long)]
+    data_listen: Option<SocketAddr>,
     /// Shared cluster token that every client must present.
     #[arg(long, env = "STORE_TOKEN")]
     token: Option<String>,
@@ -37,6 +42,7 @@ pub(crate) struct Args {
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     store_client::reuse_block_buffers();
     let mut config = store::Config::new(args.data.clone(), args.listen);
+    config.data_listen = args.data_listen;
     config.token = args.token;
     config.cache_mib = args.cache_mib;
     config.node.lease = Duration::from_millis(args.lease_ms);

@@ -14,7 +14,7 @@ use crate::keys::{BlockKey, ObjKey, Tentative};
 use crate::node::Node;
 
 /// Largest block side: a block of 4096² doubles is 128 MiB.
-pub const MAX_BLOCK: u32 = 4096;
+pub const MAX_BLOCK: u32 = store_client::dataplane::wire::MAX_BLOCK_SIDE;
 
 /// The matrix records, cached in memory (they are few and small).
 #[derive(Default)]

@@ -16,6 +16,7 @@
 //! ```
 
 mod blocks;
+mod dataplane;
 mod db;
 mod keys;
 mod node;
@@ -33,6 +34,9 @@ use tokio::sync::oneshot;
 use tonic::{Request, Status};
 
 pub use blocks::MAX_BLOCK;
+
+/// The data plane's Unix socket, in the data directory.
+pub const DATA_SOCKET: &str = "blocks.sock";
 pub use node::NodeConfig;
 
 /// Everything a store node is started with.
@@ -40,6 +44,9 @@ pub use node::NodeConfig;
 pub struct Config {
     pub data: PathBuf,
     pub listen: SocketAddr,
+    /// Where the block data plane listens; `None`: the gRPC address's IP
+    /// with a port the system picks (clients learn it over gRPC).
+    pub data_listen: Option<SocketAddr>,
     /// Clients must present this shared token.
     pub token: Option<String>,
     /// RocksDB block cache, MiB.
@@ -49,7 +56,7 @@ pub struct Config {
 
 impl Config {
     pub fn new(data: PathBuf, listen: SocketAddr) -> Config {
-        Config { data, listen, token: None, cache_mib: 256, node: NodeConfig::default() }
+        Config { data, listen, data_listen: None, token: None, cache_mib: 256, node: NodeConfig::default() }
     }
 }
 
@@ -70,6 +77,7 @@ pub enum ServeError {
 /// A serving node.
 pub struct Running {
     addr: SocketAddr,
+    data_addr: SocketAddr,
     stop: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<Result<(), ServeError>>,
 }
@@ -78,6 +86,11 @@ impl Running {
     /// The address it listens on (useful with port 0).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The block data plane's address.
+    pub fn data_addr(&self) -> SocketAddr {
+        self.data_addr
     }
 
     /// Stops accepting, lets in-flight requests finish, closes the store.
@@ -119,9 +132,25 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     // 40 ms later (seen as 44 ms stalls on block gets and commits).
     let incoming = tonic::transport::server::TcpIncoming::from_listener(listener, true, None)
         .map_err(|e| ServeError::Bind { addr, source: std::io::Error::other(e) })?;
+    let data_addr = config.data_listen.unwrap_or(SocketAddr::new(addr.ip(), 0));
+    let data_listener =
+        tokio::net::TcpListener::bind(data_addr).await.map_err(|source| ServeError::Bind { addr: data_addr, source })?;
+    let data_addr = data_listener.local_addr().map_err(|source| ServeError::Bind { addr: data_addr, source })?;
+    let data_port = data_addr.port();
+    let unix_path = config.data.join(DATA_SOCKET);
+    let _ = std::fs::remove_file(&unix_path); // a previous run's
+    let unix_listener = match tokio::net::UnixListener::bind(&unix_path) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            tracing::warn!("no Unix socket for local block transfers at {}: {e}; local clients use TCP", unix_path.display());
+            None
+        }
+    };
+    let unix_path = unix_listener.as_ref().map(|_| unix_path);
+    let data_plane = tokio::spawn(dataplane::serve(data_listener, unix_listener, node.clone(), config.token.clone()));
     let reaper = spawn_reaper(node.clone());
     let token = config.token.clone().map(|t| format!("Bearer {t}"));
-    let service = StoreServer::new(rpc::Rpc { node })
+    let service = StoreServer::new(rpc::Rpc { node, data_port, unix_path })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let (stop, stopped) = oneshot::channel::<()>();
@@ -141,13 +170,15 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     let task = tokio::spawn(async move {
         let r = server.await;
         reaper.abort();
+        data_plane.abort();
+        let _ = data_plane.await;
         if let Err(e) = db.flush() {
             tracing::warn!("flush at shutdown failed (the WAL still has everything): {e}");
         }
         r.map_err(ServeError::from)
     });
-    tracing::info!("store node listening on {addr}");
-    Ok(Running { addr, stop, task })
+    tracing::info!("store node listening on {addr} (block data plane on port {data_port})");
+    Ok(Running { addr, data_addr, stop, task })
 }
 
 fn shutdown_signal(stopped: oneshot::Receiver<()>) -> impl Future<Output = ()> {

@@ -26,6 +26,10 @@ const MAX_DEQUEUE_WAIT: Duration = Duration::from_secs(60);
 
 pub(crate) struct Rpc {
     pub(crate) node: Arc<Node>,
+    /// The block data plane's port, told to clients.
+    pub(crate) data_port: u16,
+    /// Its Unix socket, for clients on this machine.
+    pub(crate) unix_path: Option<std::path::PathBuf>,
 }
 
 type Reply<T> = Result<Response<T>, Status>;
@@ -118,6 +122,11 @@ impl Store for Rpc {
 
     async fn list_sessions(&self, _: Request<proto::Empty>) -> Reply<proto::SessionList> {
         Ok(Response::new(proto::SessionList { sessions: self.node.sessions_info() }))
+    }
+
+    async fn data_plane(&self, _: Request<proto::Empty>) -> Reply<proto::DataPlaneInfo> {
+        let unix_path = self.unix_path.as_ref().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        Ok(Response::new(proto::DataPlaneInfo { port: self.data_port as u32, unix_path }))
     }
 
     async fn begin(&self, req: Request<proto::BeginRequest>) -> Reply<proto::BeginReply> {

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use store_client::dataplane::wire;
 use store_client::{BlockData, Client, Dequeue, StoreError};
 
 struct Node {
@@ -25,6 +26,26 @@ async fn node_with(f: impl FnOnce(&mut store::Config)) -> Node {
 
 async fn node() -> Node {
     node_with(|_| {}).await
+}
+
+/// The ways a block can travel; block tests run on each.
+#[derive(Clone, Copy, Debug)]
+enum Path {
+    Unix,
+    Tcp,
+    Grpc,
+}
+const PATHS: [Path; 3] = [Path::Unix, Path::Tcp, Path::Grpc];
+
+async fn node_over(path: Path) -> Node {
+    let mut n = node().await;
+    assert!(n.client.has_data_plane(), "a node serves the data plane by default");
+    n.client = match path {
+        Path::Unix => n.client,
+        Path::Tcp => n.client.blocks_over_tcp().await.unwrap(),
+        Path::Grpc => n.client.blocks_over_grpc(),
+    };
+    n
 }
 
 fn block(rows: usize, cols: usize, seed: f64) -> BlockData {
@@ -50,7 +71,8 @@ async fn nested_writes_are_visible_only_after_top_level_commit() {
 
 #[tokio::test]
 async fn blocks_round_trip_with_read_your_own_writes_and_abort_discards() {
-    let n = node().await;
+    for path in PATHS {
+    let n = node_over(path).await;
     let m = n.client.create_matrix("A", 100, 70, 64).await.unwrap();
     let s = n.client.open_session("t").await.unwrap();
     let a = s.begin().await.unwrap();
@@ -63,11 +85,13 @@ async fn blocks_round_trip_with_read_your_own_writes_and_abort_discards() {
     b.put_block(m.id, 1, 1, block(36, 6, 9.0)).await.unwrap();
     b.abort().await.unwrap();
     assert_eq!(n.client.read_block_committed(m.id, 1, 1).await.unwrap(), block(36, 6, 1.0));
+    }
 }
 
 #[tokio::test]
 async fn a_32_mib_block_streams_both_ways() {
-    let n = node().await;
+    for path in PATHS {
+    let n = node_over(path).await;
     let m = n.client.create_matrix("big", 2048, 2048, 2048).await.unwrap();
     let s = n.client.open_session("t").await.unwrap();
     let a = s.begin().await.unwrap();
@@ -75,6 +99,7 @@ async fn a_32_mib_block_streams_both_ways() {
     a.put_block(m.id, 0, 0, big.clone()).await.unwrap();
     a.commit().await.unwrap();
     assert_eq!(n.client.read_block_committed(m.id, 0, 0).await.unwrap(), big);
+    }
 }
 
 #[tokio::test]
@@ -155,7 +180,8 @@ async fn queue_over_the_wire_empty_none_available_blocking_dequeue_and_old_posit
 
 #[tokio::test]
 async fn bad_input_gets_typed_errors_and_loses_nothing() {
-    let n = node().await;
+    for path in PATHS {
+    let n = node_over(path).await;
     let m = n.client.create_matrix("A", 10, 10, 4).await.unwrap();
     let s = n.client.open_session("t").await.unwrap();
     let a = s.begin().await.unwrap();
@@ -189,6 +215,16 @@ async fn bad_input_gets_typed_errors_and_loses_nothing() {
     b.put_block(m.id, 0, 1, block(4, 4, 2.0)).await.unwrap();
     b.commit().await.unwrap();
     assert_eq!(n.client.read_block_committed(m.id, 0, 1).await.unwrap(), block(4, 4, 2.0));
+    // A block put by a fenced action fails typed on this path too.
+    let c = s.begin().await.unwrap();
+    let nested = c.begin_nested().await.unwrap();
+    c.abort().await.unwrap();
+    let e = nested.put_block(m.id, 0, 1, block(4, 4, 3.0)).await.unwrap_err();
+    assert!(matches!(e, StoreError::ActionAborted { .. }), "{e}");
+    let e = nested.get_block(m.id, 0, 1).await.unwrap_err();
+    assert!(matches!(e, StoreError::ActionAborted { .. }), "{e}");
+    assert_eq!(n.client.read_block_committed(m.id, 0, 1).await.unwrap(), block(4, 4, 2.0));
+    }
 }
 
 /// A nested action whose parent was aborted is fenced: every call fails.
@@ -205,10 +241,32 @@ async fn a_node_with_a_token_refuses_clients_without_it() {
     n.client.list_matrices().await.unwrap();
     let addr = n.running.as_ref().unwrap().addr().to_string();
     for token in [None, Some("wrong")] {
-        let c = Client::connect(&addr, token).await.unwrap();
-        let e = c.list_matrices().await.unwrap_err();
+        // Connecting asks the node for its data plane: refused at once.
+        let e = Client::connect(&addr, token).await.err().expect("a client without the token must be refused");
         assert!(matches!(e, StoreError::Unauthenticated { .. }), "{e}");
     }
+    // The data plane checks the token on its own, in its hello.
+    let data = n.running.as_ref().unwrap().data_addr();
+    for token in [&b""[..], b"wrong"] {
+        let (reply, detail) = data_plane_hello(data, token).await;
+        assert!(!reply.ok);
+        let e = StoreError::from_detail(&detail);
+        assert!(matches!(e, StoreError::Unauthenticated { .. }), "{e}");
+    }
+    let (reply, _) = data_plane_hello(data, b"s3cret").await;
+    assert!(reply.ok && reply.len == 0);
+}
+
+async fn data_plane_hello(addr: std::net::SocketAddr, token: &[u8]) -> (wire::Reply, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    sock.write_all(&wire::encode_hello(token)).await.unwrap();
+    let mut head = [0u8; wire::REPLY_LEN];
+    sock.read_exact(&mut head).await.unwrap();
+    let reply = wire::Reply::decode(&head).unwrap();
+    let mut detail = vec![0u8; reply.len as usize];
+    sock.read_exact(&mut detail).await.unwrap();
+    (reply, detail)
 }
 
 #[tokio::test]
@@ -249,4 +307,39 @@ async fn garbage_on_the_port_is_refused_and_the_node_keeps_serving() {
     let b = s.begin().await.unwrap();
     b.write_small("after", b"2").await.unwrap();
     b.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let n = node().await;
+    let data = n.running.as_ref().unwrap().data_addr();
+    let m = n.client.create_matrix("A", 8, 8, 8).await.unwrap();
+    let s = n.client.open_session("t").await.unwrap();
+    let a = s.begin().await.unwrap();
+    a.put_block(m.id, 0, 0, block(8, 8, 1.0)).await.unwrap();
+    a.commit().await.unwrap();
+    // Not a hello; a hello then a garbage request; a put announcing a block
+    // far larger than any (the node must not allocate it).
+    let huge = wire::Request { op: wire::Op::Put, action: 1, matrix: m.id, i: 0, j: 0, rows: u32::MAX, cols: u32::MAX, crc32c: 0 };
+    let mut after_hello = wire::encode_hello(b"");
+    after_hello.extend_from_slice(&[0xffu8; 4096]);
+    let mut huge_put = wire::encode_hello(b"");
+    huge_put.extend_from_slice(&huge.encode());
+    for garbage in [&b"GET / HTTP/1.1\r\n\r\n"[..], &after_hello, &huge_put] {
+        let mut sock = tokio::net::TcpStream::connect(data).await.unwrap();
+        sock.write_all(garbage).await.unwrap();
+        let mut buf = vec![0u8; 1024];
+        let closed = tokio::time::timeout(Duration::from_secs(7), async {
+            loop {
+                match sock.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => continue,
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "the node should close a data connection speaking garbage");
+    }
+    assert_eq!(n.client.read_block_committed(m.id, 0, 0).await.unwrap(), block(8, 8, 1.0));
 }

@@ -1,0 +1,199 @@
+//! The client side of the block data plane (format in [`wire`]): a pool of
+//! plain TCP connections to the node's data port, one request in flight on
+//! each. A block is read straight into the `Vec<f64>` the caller gets and
+//! written straight from the caller's; the checksum is checked on arrival.
+
+pub mod wire;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
+use uuid::Uuid;
+
+use crate::block::{self, HEADER_LEN};
+use crate::client::BlockData;
+use crate::StoreError;
+use wire::{Op, Reply, Request, REPLY_LEN};
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+/// Socket buffers large enough that a 32 MiB block streams without the
+/// sender stalling on every window.
+const SOCKET_BUFFER: usize = 4 << 20;
+/// Probes that tell a dead peer (a node whose machine vanished) from a
+/// slow one, so a transfer never hangs for ever.
+const KEEPALIVE: Duration = Duration::from_secs(5);
+
+/// Where a node's data plane is.
+#[derive(Clone, Debug)]
+pub(crate) enum Target {
+    Tcp(SocketAddr),
+    /// For a client on the node's machine.
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Tcp(a) => write!(f, "{a}"),
+            Target::Unix(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+trait Conn: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Conn for T {}
+type Stream = Box<dyn Conn>;
+
+/// Connections to one node's data plane.
+pub(crate) struct DataPlane {
+    target: Target,
+    hello: Vec<u8>,
+    idle: Mutex<Vec<Stream>>,
+}
+
+impl DataPlane {
+    /// Opens a first connection, so a wrong token or an unreachable port is
+    /// known at once rather than on the first block.
+    pub(crate) async fn connect(target: Target, token: Option<&str>) -> Result<DataPlane> {
+        let plane = DataPlane { target, hello: wire::encode_hello(token.unwrap_or("").as_bytes()), idle: Mutex::new(Vec::new()) };
+        let first = plane.open().await?;
+        plane.give_back(first);
+        Ok(plane)
+    }
+
+    async fn open(&self) -> Result<Stream> {
+        let io = |e: std::io::Error| self.unavailable(format!("connecting: {e}"));
+        // Socket options are best effort: the kernel may clamp the sizes.
+        let mut s: Stream = match &self.target {
+            Target::Tcp(addr) => {
+                let s = TcpStream::connect(addr).await.map_err(io)?;
+                s.set_nodelay(true).map_err(io)?;
+                let sock = socket2::SockRef::from(&s);
+                let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+                let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+                let _ = sock.set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(KEEPALIVE).with_interval(KEEPALIVE));
+                Box::new(s)
+            }
+            Target::Unix(path) => {
+                let s = UnixStream::connect(path).await.map_err(io)?;
+                let sock = socket2::SockRef::from(&s);
+                let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+                let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+                Box::new(s)
+            }
+        };
+        s.write_all(&self.hello).await.map_err(io)?;
+        match self.read_reply(&mut s).await? {
+            Ok(0) => Ok(s),
+            Ok(len) => Err(self.unavailable(format!("hello answered with {len} bytes"))),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn take(&self) -> Option<Stream> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+
+    fn give_back(&self, s: Stream) {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(s);
+    }
+
+    fn unavailable(&self, what: String) -> StoreError {
+        StoreError::StoreUnavailable { what: format!("block data plane at {}: {what}", self.target) }
+    }
+
+    /// Reads one reply head: `Ok(Ok(len))` for success with `len` bytes to
+    /// follow, `Ok(Err(e))` for the node's typed error (already read, the
+    /// connection stays usable), `Err` when the connection is not.
+    async fn read_reply(&self, s: &mut Stream) -> Result<std::result::Result<u64, StoreError>> {
+        let mut head = [0u8; REPLY_LEN];
+        s.read_exact(&mut head).await.map_err(|e| self.unavailable(format!("reading a reply: {e}")))?;
+        let reply = Reply::decode(&head).map_err(|e| self.unavailable(e.to_string()))?;
+        if reply.ok {
+            return Ok(Ok(reply.len));
+        }
+        if reply.len > wire::MAX_ERROR_LEN {
+            return Err(self.unavailable(format!("an error detail of {} bytes", reply.len)));
+        }
+        let mut detail = vec![0u8; reply.len as usize];
+        s.read_exact(&mut detail).await.map_err(|e| self.unavailable(format!("reading an error: {e}")))?;
+        Ok(Err(StoreError::from_detail(&detail)))
+    }
+
+    /// A pooled connection, or a new one. An exchange gives it back only
+    /// if it left it in step (the node's answer read in full, success or
+    /// typed error); a failed or cancelled exchange drops it.
+    async fn checkout(&self) -> Result<Stream> {
+        match self.take() {
+            Some(s) => Ok(s),
+            None => self.open().await,
+        }
+    }
+
+    pub(crate) async fn get(&self, action: u64, matrix: Uuid, i: u32, j: u32, for_update: bool) -> Result<BlockData> {
+        let op = if for_update { Op::GetForUpdate } else { Op::Get };
+        let req = Request { op, action, matrix, i, j, rows: 0, cols: 0, crc32c: 0 };
+        let mut s = self.checkout().await?;
+        let answer = self.get_on(&mut s, &req).await?;
+        self.give_back(s);
+        answer
+    }
+
+    /// `Err`: the connection is out of step; `Ok`: the node's answer.
+    async fn get_on(&self, s: &mut Stream, req: &Request) -> Result<Result<BlockData>> {
+        let what = || format!("block ({}, {}) of {}", req.i, req.j, req.matrix);
+        s.write_all(&req.encode()).await.map_err(|e| self.unavailable(format!("sending a get: {e}")))?;
+        let len = match self.read_reply(s).await? {
+            Ok(len) => len,
+            Err(e) => return Ok(Err(e)),
+        };
+        let mut head = [0u8; HEADER_LEN];
+        let read = |e: std::io::Error| self.unavailable(format!("reading {}: {e}", what()));
+        s.read_exact(&mut head).await.map_err(read)?;
+        let Some(header) = block::decode_header(&head) else {
+            return Err(self.unavailable(format!("{}: a reply without a block header", what())));
+        };
+        if header.rows > wire::MAX_BLOCK_SIDE || header.cols > wire::MAX_BLOCK_SIDE || len != (HEADER_LEN + header.payload_len()) as u64 {
+            return Err(self.unavailable(format!("{}: a reply of {len} bytes for {}x{}", what(), header.rows, header.cols)));
+        }
+        let mut data = vec![0f64; header.rows as usize * header.cols as usize];
+        s.read_exact(bytemuck::cast_slice_mut(&mut data)).await.map_err(read)?;
+        // In step either way: a damaged payload is the block's fault.
+        Ok(match block::verify(&header, bytemuck::cast_slice(&data)) {
+            Ok(()) => Ok(BlockData { rows: header.rows as usize, cols: header.cols as usize, data }),
+            Err(()) => Err(StoreError::Corrupt { what: format!("{}: checksum mismatch after transfer", what()) }),
+        })
+    }
+
+    pub(crate) async fn put(&self, action: u64, matrix: Uuid, i: u32, j: u32, block: &BlockData) -> Result<()> {
+        let payload: &[u8] = bytemuck::cast_slice(&block.data);
+        let side = wire::MAX_BLOCK_SIDE as usize;
+        if block.rows * block.cols != block.data.len() || block.rows > side || block.cols > side {
+            return Err(StoreError::InvalidArgument {
+                what: format!("block ({i}, {j}): {} values do not make a {}x{} block", block.data.len(), block.rows, block.cols),
+            });
+        }
+        let crc32c = block::checksum(payload);
+        let req = Request { op: Op::Put, action, matrix, i, j, rows: block.rows as u32, cols: block.cols as u32, crc32c };
+        let mut s = self.checkout().await?;
+        let answer = self.put_on(&mut s, &req, payload).await?;
+        self.give_back(s);
+        answer
+    }
+
+    async fn put_on(&self, s: &mut Stream, req: &Request, payload: &[u8]) -> Result<Result<()>> {
+        let send = |e: std::io::Error| self.unavailable(format!("sending block ({}, {}): {e}", req.i, req.j));
+        s.write_all(&req.encode()).await.map_err(send)?;
+        s.write_all(payload).await.map_err(send)?;
+        match self.read_reply(s).await? {
+            Ok(0) => Ok(Ok(())),
+            Ok(len) => Err(self.unavailable(format!("a put answered with {len} bytes"))),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! The block data plane's wire format: plain TCP beside the gRPC control
+//! plane, so a block crosses the socket once, straight from the node's
+//! read buffer into the slave's `Vec<f64>` (gRPC cuts it into messages,
+//! HTTP/2 into frames, and each layer copies and wakes tasks: three
+//! quarters of the node's CPU under a multiply went there).
+//!
+//! All integers little endian. A connection opens with a hello and its
+//! reply; then any number of request/reply pairs, one at a time.
+//!
+//! ```text
+//! hello   "FTBH" | version u16 | token_len u16 | token
+//! request "FTBQ" | op u8 | 0 0 0 | action u64 | matrix [16] | i u32 | j u32
+//!                | rows u32 | cols u32 | crc32c u32 | 0 u32          (56 bytes)
+//!         put: then rows·cols·8 payload bytes
+//! reply   "FTBR" | status u8 | 0 0 0 | len u64                        (16 bytes)
+//!         ok get: len = 32-byte block header + payload (the stored form)
+//!         ok put / hello: len = 0
+//!         error: len bytes of ErrorDetail (protobuf), see StoreError::to_detail
+//! ```
+//!
+//! Every length is checked against the block limits before anything is
+//! allocated, so garbage on the socket is an error, never a huge buffer.
+
+use uuid::Uuid;
+
+pub const HELLO_MAGIC: [u8; 4] = *b"FTBH";
+pub const REQUEST_MAGIC: [u8; 4] = *b"FTBQ";
+pub const REPLY_MAGIC: [u8; 4] = *b"FTBR";
+pub const VERSION: u16 = 1;
+pub const REQUEST_LEN: usize = 56;
+pub const REPLY_LEN: usize = 16;
+/// Longest token a hello may carry.
+pub const MAX_TOKEN: usize = 4096;
+/// Largest block side either end accepts: a block of 4096² doubles is
+/// 128 MiB.
+pub const MAX_BLOCK_SIDE: u32 = 4096;
+/// Longest error detail a reply may carry.
+pub const MAX_ERROR_LEN: u64 = 1 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Op {
+    /// Read under a read lock (or the committed version with action 0).
+    Get = 1,
+    /// Read under a write lock, to overwrite in place next.
+    GetForUpdate = 2,
+    /// Write under an overwrite lock; the payload follows the request.
+    Put = 3,
+}
+
+/// One request. `rows`, `cols` and `crc32c` describe a put's payload and
+/// are zero for gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub op: Op,
+    pub action: u64,
+    pub matrix: Uuid,
+    pub i: u32,
+    pub j: u32,
+    pub rows: u32,
+    pub cols: u32,
+    pub crc32c: u32,
+}
+
+/// Why bytes on the socket are not a message of this protocol.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("bad magic {0:02x?}")]
+    BadMagic([u8; 4]),
+    #[error("unknown operation {0}")]
+    BadOp(u8),
+    #[error("unsupported data plane version {0}")]
+    BadVersion(u16),
+    #[error("token of {0} bytes is too long")]
+    TokenTooLong(usize),
+    #[error("reply status {0} is neither ok nor error")]
+    BadStatus(u8),
+}
+
+impl Request {
+    pub fn encode(&self) -> [u8; REQUEST_LEN] {
+        let mut b = [0u8; REQUEST_LEN];
+        b[0..4].copy_from_slice(&REQUEST_MAGIC);
+        b[4] = self.op as u8;
+        b[8..16].copy_from_slice(&self.action.to_le_bytes());
+        b[16..32].copy_from_slice(self.matrix.as_bytes());
+        for (k, v) in [self.i, self.j, self.rows, self.cols, self.crc32c].into_iter().enumerate() {
+            b[32 + 4 * k..36 + 4 * k].copy_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    pub fn decode(b: &[u8; REQUEST_LEN]) -> Result<Request, WireError> {
+        check_magic(&b[0..4], REQUEST_MAGIC)?;
+        let op = match b[4] {
+            1 => Op::Get,
+            2 => Op::GetForUpdate,
+            3 => Op::Put,
+            other => return Err(WireError::BadOp(other)),
+        };
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        Ok(Request {
+            op,
+            action: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+            matrix: Uuid::from_bytes(b[16..32].try_into().expect("16 bytes")),
+            i: u32_at(32),
+            j: u32_at(36),
+            rows: u32_at(40),
+            cols: u32_at(44),
+            crc32c: u32_at(48),
+        })
+    }
+
+    /// Payload bytes that follow a put.
+    pub fn payload_len(&self) -> usize {
+        self.rows as usize * self.cols as usize * 8
+    }
+}
+
+/// A reply's fixed part: success and the length of what follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub ok: bool,
+    pub len: u64,
+}
+
+impl Reply {
+    pub fn encode(&self) -> [u8; REPLY_LEN] {
+        let mut b = [0u8; REPLY_LEN];
+        b[0..4].copy_from_slice(&REPLY_MAGIC);
+        b[4] = if self.ok { 0 } else { 1 };
+        b[8..16].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; REPLY_LEN]) -> Result<Reply, WireError> {
+        check_magic(&b[0..4], REPLY_MAGIC)?;
+        let ok = match b[4] {
+            0 => true,
+            1 => false,
+            s => return Err(WireError::BadStatus(s)),
+        };
+        Ok(Reply { ok, len: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")) })
+    }
+}
+
+pub fn encode_hello(token: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(8 + token.len());
+    b.extend_from_slice(&HELLO_MAGIC);
+    b.extend_from_slice(&VERSION.to_le_bytes());
+    b.extend_from_slice(&(token.len() as u16).to_le_bytes());
+    b.extend_from_slice(token);
+    b
+}
+
+/// Checks a hello's fixed 8 bytes; returns the token length to read next.
+pub fn decode_hello_head(b: &[u8; 8]) -> Result<usize, WireError> {
+    check_magic(&b[0..4], HELLO_MAGIC)?;
+    let version = u16::from_le_bytes([b[4], b[5]]);
+    if version != VERSION {
+        return Err(WireError::BadVersion(version));
+    }
+    let len = u16::from_le_bytes([b[6], b[7]]) as usize;
+    if len > MAX_TOKEN {
+        return Err(WireError::TokenTooLong(len));
+    }
+    Ok(len)
+}
+
+fn check_magic(got: &[u8], want: [u8; 4]) -> Result<(), WireError> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(WireError::BadMagic(got.try_into().expect("4 bytes")))
+    }
+}
+
+/// Compares tokens in time independent of where they differ.
+pub fn tokens_equal(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_replies_round_trip() {
+        let r = Request { op: Op::Put, action: 7, matrix: Uuid::new_v4(), i: 3, j: 9, rows: 5, cols: 2, crc32c: 0xdead_beef };
+        assert_eq!(Request::decode(&r.encode()), Ok(r));
+        for reply in [Reply { ok: true, len: 1 << 33 }, Reply { ok: false, len: 12 }] {
+            assert_eq!(Reply::decode(&reply.encode()), Ok(reply));
+        }
+        let h = encode_hello(b"secret");
+        assert_eq!(decode_hello_head(h[..8].try_into().unwrap()), Ok(6));
+    }
+
+    #[test]
+    fn garbage_is_refused_before_any_allocation() {
+        let mut b = Request { op: Op::Get, action: 1, matrix: Uuid::nil(), i: 0, j: 0, rows: 0, cols: 0, crc32c: 0 }.encode();
+        b[4] = 9;
+        assert_eq!(Request::decode(&b), Err(WireError::BadOp(9)));
+        b[0] = b'X';
+        assert!(matches!(Request::decode(&b), Err(WireError::BadMagic(_))));
+        let mut r = Reply { ok: true, len: 0 }.encode();
+        r[4] = 2;
+        assert_eq!(Reply::decode(&r), Err(WireError::BadStatus(2)));
+        let mut h = encode_hello(b"");
+        h[4] = 2;
+        assert_eq!(decode_hello_head(h[..8].try_into().unwrap()), Err(WireError::BadVersion(2)));
+        let mut h = encode_hello(b"");
+        h[6..8].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert_eq!(decode_hello_head(h[..8].try_into().unwrap()), Err(WireError::TokenTooLong(65535)));
+        assert!(tokens_equal(b"abc", b"abc") && !tokens_equal(b"abc", b"abd") && !tokens_equal(b"ab", b"abc"));
+    }
+}

@@ -1,0 +1,172 @@
+//! The node's side of the block data plane (format in
+//! `store_client::dataplane::wire`): a TCP listener beside gRPC, and a Unix
+//! socket in the data directory for clients on the same machine (loopback
+//! TCP moves 1.6 GB/s on the reference machine, a Unix socket 4.9 GB/s),
+//! whose connections carry block gets and puts, one at a time each. Every request
+//! goes through the same `Node` calls as the gRPC handlers (locks, fencing,
+//! checksums); this module only moves bytes.
+//!
+//! A connection is closed, never resynchronised, on anything that is not
+//! the protocol: a bad hello, a wrong token, a garbage request, a put
+//! larger than a block can be.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actions::{ActionId, LockMode};
+use store_client::block::{BlockHeader, HEADER_LEN};
+use store_client::dataplane::wire::{self, Op, Reply, Request, REQUEST_LEN};
+use store_client::StoreError;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::task::JoinSet;
+
+use crate::blocks::MAX_BLOCK;
+use crate::keys::BlockKey;
+use crate::node::Node;
+
+/// A client that connects must say hello within this.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+const SOCKET_BUFFER: usize = 4 << 20;
+
+#[derive(Debug, thiserror::Error)]
+enum ConnError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("protocol: {0}")]
+    Wire(#[from] wire::WireError),
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Accepts data-plane connections (TCP, and Unix if `unix` is given) until
+/// the task is aborted, which also ends every connection it started.
+pub(crate) async fn serve(tcp: TcpListener, unix: Option<UnixListener>, node: Arc<Node>, token: Option<String>) {
+    let token: Arc<[u8]> = token.unwrap_or_default().into_bytes().into();
+    let mut connections = JoinSet::new();
+    let spawn = |connections: &mut JoinSet<()>, s: Box<dyn Conn>, peer: String| {
+        let (node, token) = (node.clone(), token.clone());
+        connections.spawn(async move {
+            if let Err(e) = connection(s, &node, &token).await {
+                tracing::debug!(%peer, "data plane connection closed: {e}");
+            }
+        });
+    };
+    loop {
+        tokio::select! {
+            accepted = tcp.accept() => match accepted {
+                Ok((s, peer)) => {
+                    let _ = s.set_nodelay(true);
+                    let sock = socket2::SockRef::from(&s);
+                    let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+                    let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+                    spawn(&mut connections, Box::new(s), peer.to_string());
+                }
+                Err(e) => accept_failed(e).await,
+            },
+            accepted = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => match accepted {
+                Ok((s, _)) => {
+                    let sock = socket2::SockRef::from(&s);
+                    let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+                    let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+                    spawn(&mut connections, Box::new(s), "unix socket".into());
+                }
+                Err(e) => accept_failed(e).await,
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+/// Out of descriptors, say: keep serving the connections there are, and
+/// try again shortly.
+async fn accept_failed(e: std::io::Error) {
+    tracing::warn!("data plane accept failed: {e}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+trait Conn: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Conn for T {}
+
+async fn connection(mut s: Box<dyn Conn>, node: &Arc<Node>, token: &[u8]) -> Result<(), ConnError> {
+    tokio::time::timeout(HELLO_TIMEOUT, hello(&mut s, token))
+        .await
+        .map_err(|_| ConnError::Refused("no hello in time".into()))??;
+    loop {
+        let mut head = [0u8; REQUEST_LEN];
+        match s.read_exact(&mut head).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        let req = Request::decode(&head)?;
+        let key = BlockKey { matrix: req.matrix, i: req.i, j: req.j };
+        let action = (req.action != 0).then_some(ActionId(req.action));
+        match req.op {
+            Op::Get | Op::GetForUpdate => {
+                let mode = if req.op == Op::Get { LockMode::Read } else { LockMode::Write };
+                match node.get_block(action, key, mode).await {
+                    Ok((_, value)) => {
+                        s.write_all(&Reply { ok: true, len: value.len() as u64 }.encode()).await?;
+                        s.write_all(&value).await?;
+                    }
+                    Err(e) => send_error(&mut s, &e).await?,
+                }
+            }
+            Op::Put => {
+                if req.rows == 0 || req.cols == 0 || req.rows > MAX_BLOCK || req.cols > MAX_BLOCK {
+                    let e = StoreError::InvalidArgument { what: format!("{key:?}: a block of {}x{}", req.rows, req.cols) };
+                    send_error(&mut s, &e).await?;
+                    return Err(ConnError::Refused(e.to_string()));
+                }
+                let header = BlockHeader { rows: req.rows, cols: req.cols, crc32c: req.crc32c };
+                let value = read_value(&mut s, &header).await?;
+                let outcome = match action {
+                    Some(a) => node.put_block(a, key, value).await,
+                    None => Err(StoreError::InvalidArgument { what: "a block put needs an action".into() }),
+                };
+                match outcome {
+                    Ok(()) => s.write_all(&Reply { ok: true, len: 0 }.encode()).await?,
+                    Err(e) => send_error(&mut s, &e).await?,
+                }
+            }
+        }
+    }
+}
+
+async fn hello(s: &mut Box<dyn Conn>, token: &[u8]) -> Result<(), ConnError> {
+    let mut head = [0u8; 8];
+    s.read_exact(&mut head).await?;
+    let len = wire::decode_hello_head(&head)?;
+    let mut got = vec![0u8; len];
+    s.read_exact(&mut got).await?;
+    if !token.is_empty() && !wire::tokens_equal(&got, token) {
+        let what = if got.is_empty() { "this store node needs the cluster token (--token / STORE_TOKEN)" } else { "wrong cluster token" };
+        let e = StoreError::Unauthenticated { what: what.into() };
+        send_error(s, &e).await?;
+        return Err(ConnError::Refused(e.to_string()));
+    }
+    s.write_all(&Reply { ok: true, len: 0 }.encode()).await?;
+    Ok(())
+}
+
+/// Reads a put's payload into the stored form (header, then payload),
+/// without zeroing the buffer first.
+async fn read_value(s: &mut (impl AsyncRead + Unpin), header: &BlockHeader) -> std::io::Result<Vec<u8>> {
+    let total = HEADER_LEN + header.payload_len();
+    let mut value = Vec::with_capacity(total);
+    value.extend_from_slice(&header.encode());
+    while value.len() < total {
+        let want = total - value.len();
+        if (&mut *s).take(want as u64).read_buf(&mut value).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(value)
+}
+
+async fn send_error(s: &mut Box<dyn Conn>, e: &StoreError) -> std::io::Result<()> {
+    let detail = e.to_detail();
+    s.write_all(&Reply { ok: false, len: detail.len() as u64 }.encode()).await?;
+    s.write_all(&detail).await
+}
