@@ -15,8 +15,51 @@ use cblas_sys::{
 };
 
 extern "C" {
-    // OpenBLAS's own entry point (not in cblas-sys).
+    // OpenBLAS's own entry points (not in cblas-sys).
     fn openblas_set_num_threads(n: std::os::raw::c_int);
+    fn openblas_get_corename() -> *const std::os::raw::c_char;
+}
+
+/// The kernel set OpenBLAS chose when it was loaded ("Haswell", "SkylakeX", …).
+pub fn blas_corename() -> String {
+    // SAFETY: returns a pointer to a static NUL-terminated string.
+    unsafe { std::ffi::CStr::from_ptr(openblas_get_corename()) }.to_string_lossy().into_owned()
+}
+
+/// Makes sure OpenBLAS runs the kernels this CPU can run. Call it first
+/// thing in `main`.
+///
+/// A `DYNAMIC_ARCH` OpenBLAS picks its kernels from the CPU model when the
+/// library loads. A model newer than the library (Debian 12's 0.3.21 on a
+/// family 6 model 207 Xeon, say) gets the generic "Prescott" kernels: dgemm
+/// at 8 instead of 48 GFLOP/s per core on the reference machine. When that
+/// happened and the CPU has AVX-512 (or AVX2), this re-executes the program
+/// with `OPENBLAS_CORETYPE` naming the matching kernels (the variable is
+/// only read at load time), and child processes inherit it. It does
+/// nothing when the variable is already set, so a user can always choose.
+pub fn use_fast_blas_kernels() {
+    if std::env::var_os("OPENBLAS_CORETYPE").is_some() {
+        return;
+    }
+    let core = blas_corename();
+    if !matches!(core.as_str(), "Prescott" | "Core2" | "Nehalem" | "Katmai" | "Northwood" | "Banias") {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::os::unix::process::CommandExt;
+        let better = if std::arch::is_x86_feature_detected!("avx512f") {
+            "SkylakeX"
+        } else if std::arch::is_x86_feature_detected!("avx2") {
+            "Haswell"
+        } else {
+            return;
+        };
+        let Ok(exe) = std::env::current_exe() else { return };
+        let e = std::process::Command::new(exe).args(std::env::args_os().skip(1)).env("OPENBLAS_CORETYPE", better).exec();
+        // Only returns on failure: run on, slowly, and say why.
+        eprintln!("warning: OpenBLAS uses its slow generic {core} kernels and re-running with OPENBLAS_CORETYPE={better} failed: {e}");
+    }
 }
 
 /// Sets the number of threads OpenBLAS uses for the calls that follow.

@@ -9,7 +9,7 @@
 //! - store put: per block `begin; put_block; commit` (commit = one synced
 //!   RocksDB batch) from one client over loopback gRPC;
 //! - then the node is restarted (shutdown flushes the memtables), so every
-//!   store read comes from BlobDB blob files, never from a memtable;
+//!   store read comes from its block version files on disk;
 //! - gets, twice: **warm** (both sides read through the page cache, as just
 //!   written) and **cold** (`/proc/sys/vm/drop_caches` before each side's
 //!   pass; on a VM the host may still cache, so "cold" is the guest's view).
@@ -193,9 +193,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         .print();
         for (cache, raw_get, store_get) in gets {
             let source = if cache == "warm" {
-                "both from the page cache (store: blob files after a flush, no memtable)"
+                "both from the page cache (store: block version files)"
             } else {
-                "both after drop_caches (store: blob files from disk)"
+                "both after drop_caches (store: block version files from disk)"
             };
             Figure {
                 name: "blocks.get_ratio",

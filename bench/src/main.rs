@@ -47,6 +47,7 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    apps::kernels::use_fast_blas_kernels();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)

@@ -67,6 +67,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    apps::kernels::use_fast_blas_kernels();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)

@@ -227,16 +227,15 @@ fn a_flipped_byte_in_the_data_directory_is_reported_as_corrupt_and_the_rest_is_s
         a.commit().await.unwrap();
         m.id
     });
-    // A clean stop flushes the block into a blob file.
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(store.child.id() as i32), Signal::SIGTERM).unwrap();
     let mut store = store;
     store.child.wait().unwrap();
-    let blob = std::fs::read_dir(dir.path())
+    // Each block version is a file under blocks/; this is the only one.
+    let blob = std::fs::read_dir(dir.path().join("blocks"))
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "blob"))
         .max_by_key(|p| std::fs::metadata(p).unwrap().len())
-        .expect("the block is in a blob file");
+        .expect("the block is in a version file");
     let mut bytes = std::fs::read(&blob).unwrap();
     let at = bytes.len() / 2;
     bytes[at] ^= 0x10;

@@ -30,6 +30,7 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
+    apps::kernels::use_fast_blas_kernels();
     store_client::reuse_block_buffers();
     // One slave per core: BLAS must not spawn threads of its own. OpenBLAS
     // read OPENBLAS_NUM_THREADS when it was loaded, before main: an unset

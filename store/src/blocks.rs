@@ -124,11 +124,25 @@ impl Node {
         }
         let db = self.db.clone();
         let value = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, StoreError> {
-            let version = match version {
-                Some(v) => v,
-                None => db.block_version(&key)?.ok_or_else(|| StoreError::NotFound { what: format!("{key:?} (never written)") })?,
-            };
-            db.read_version(version)?.ok_or_else(|| StoreError::Corrupt { what: format!("{key:?}: version {version} missing") })
+            if let Some(v) = version {
+                return db.read_version(v)?.ok_or_else(|| StoreError::Corrupt { what: format!("{key:?}: staged version {v} missing") });
+            }
+            // A read without the action's lock (or before the action wrote
+            // the block) follows the pointer. Without a lock, a commit may
+            // replace the version and remove its file in between: follow
+            // the new pointer then.
+            let mut last = None;
+            for _ in 0..4 {
+                let v = db.block_version(&key)?.ok_or_else(|| StoreError::NotFound { what: format!("{key:?} (never written)") })?;
+                if let Some(value) = db.read_version(v)? {
+                    return Ok(value);
+                }
+                if last == Some(v) {
+                    break;
+                }
+                last = Some(v);
+            }
+            Err(StoreError::Corrupt { what: format!("{key:?}: its current version's file is missing") })
         })
         .await
         .map_err(|e| StoreError::Storage { what: e.to_string() })??;
@@ -152,19 +166,19 @@ impl Node {
         self.acquire(action, &k, LockMode::Overwrite).await?;
         let version = Uuid::new_v4();
         let db = self.db.clone();
-        tokio::task::spawn_blocking(move || db.stage_version(&key, version, &value))
+        tokio::task::spawn_blocking(move || db.stage_version(version, &value))
             .await
             .map_err(|e| StoreError::Storage { what: e.to_string() })??;
         match self.set_tentative(action, k, Tentative::Block(version)) {
             Ok(replaced) => {
                 if let Some(old) = replaced {
-                    self.db.drop_staged(&[old])?;
+                    self.db.drop_staged(&[old]);
                 }
                 Ok(())
             }
             Err(e) => {
                 // Aborted while we staged: the version is garbage now.
-                self.db.drop_staged(&[version])?;
+                self.db.drop_staged(&[version]);
                 Err(e)
             }
         }

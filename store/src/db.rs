@@ -6,17 +6,17 @@
 //! "M" matrix(16)                  MatrixInfo (protobuf)
 //! "N" name                        matrix id (16)
 //! "B" matrix(16) i(u32 BE) j(BE)  current version (16) of the block
-//! "S" version(16)                 staged marker: version written, not committed
 //! "O" key                         small object
 //! "Q" bag 0x00 seq(u64 BE)        queue element: attempts (u32 LE) ++ payload
 //! ```
-//! Column family `blocks` (BlobDB, values in blob files so compaction never
-//! rewrites multi-MiB blocks): version(16) -> block header ++ payload.
-//!
-//! A block write stages a new version and its marker without sync; the
-//! top-level commit switches the pointer, deletes the marker and the old
-//! version in one synced batch. A crash leaves staged versions whose
-//! markers [`Db::open`] finds and deletes: never a torn block.
+//! Block versions are files, not values (see `files.rs` for why): a block
+//! write stages a new version file, synced; the top-level commit switches
+//! the pointer in one synced batch (after syncing the files' directory),
+//! then removes the replaced version's file. [`Db::open`] removes every
+//! file no pointer names: staged versions of actions a crash cut off, and
+//! replaced versions whose removal it interrupted. Never a torn block.
+//! (The `blocks` column family held versions in BlobDB before; it stays
+//! declared so such a directory still opens.)
 //!
 //! Top-level commits go through one committer thread (group commit): it
 //! takes every commit that queued while the previous group was syncing,
@@ -28,6 +28,7 @@
 //! saves a thread hand-off and the writers' spin-waits per commit (about
 //! 15% less CPU per task in `bench queue` on 2 cores).
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -37,12 +38,14 @@ use store_client::StoreError;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
+use crate::files::BlockFiles;
 use crate::keys::{BlockKey, ObjKey, Tentative};
 
 const BLOCKS: &str = "blocks";
 
 pub(crate) struct Db {
     db: Arc<DB>,
+    files: Arc<BlockFiles>,
     /// Queue of the group committer; `None` once dropped.
     commits: Option<mpsc::Sender<CommitJob>>,
     committer: Option<JoinHandle<()>>,
@@ -90,8 +93,8 @@ fn synced() -> WriteOptions {
 }
 
 impl Db {
-    pub(crate) fn open(path: &Path, cache_mib: usize) -> Result<(Arc<Db>, Recovered), rocksdb::Error> {
-        let cache = Cache::new_lru_cache(cache_mib.max(8) << 20)?;
+    pub(crate) fn open(path: &Path, cache_mib: usize) -> Result<(Arc<Db>, Recovered), StoreError> {
+        let cache = Cache::new_lru_cache(cache_mib.max(8) << 20).map_err(storage_error)?;
         let mut table = BlockBasedOptions::default();
         table.set_block_cache(&cache);
 
@@ -104,29 +107,21 @@ impl Db {
         // the next group fill the memtable while the WAL syncs.
         db_opts.set_enable_pipelined_write(true);
 
-        let mut blocks = Options::default();
-        blocks.set_block_based_table_factory(&table);
-        blocks.set_enable_blob_files(true);
-        blocks.set_min_blob_size(0);
-        blocks.set_blob_file_size(256 << 20);
-        blocks.set_enable_blob_gc(true);
-        blocks.set_blob_compression_type(rocksdb::DBCompressionType::None);
-        blocks.set_write_buffer_size(128 << 20);
-
         let cfs = vec![
             ColumnFamilyDescriptor::new(rocksdb::DEFAULT_COLUMN_FAMILY_NAME, Options::default()),
-            ColumnFamilyDescriptor::new(BLOCKS, blocks),
+            ColumnFamilyDescriptor::new(BLOCKS, Options::default()),
         ];
-        let raw = Arc::new(DB::open_cf_descriptors(&db_opts, path, cfs)?);
+        let raw = Arc::new(DB::open_cf_descriptors(&db_opts, path, cfs).map_err(storage_error)?);
+        let files = Arc::new(BlockFiles::open(path).map_err(|e| crate::files::io_error(e, || "opening the blocks directory".into()))?);
         let (tx, rx) = mpsc::channel();
-        let for_committer = raw.clone();
+        let (for_committer, files_for_committer) = (raw.clone(), files.clone());
         let committer = std::thread::Builder::new()
             .name("store-commit".into())
-            .spawn(move || run_committer(&for_committer, rx))
+            .spawn(move || run_committer(&for_committer, &files_for_committer, rx))
             // Fails only when the process cannot make threads at all (as
             // `std::thread::spawn` would panic); the node could not run.
             .expect("cannot start the store's commit thread");
-        let db = Arc::new(Db { db: raw, commits: Some(tx), committer: Some(committer) });
+        let db = Arc::new(Db { db: raw, files, commits: Some(tx), committer: Some(committer) });
         let recovered = db.recover()?;
         Ok((db, recovered))
     }
@@ -135,23 +130,34 @@ impl Db {
         blocks_cf(&self.db)
     }
 
-    fn recover(&self) -> Result<Recovered, rocksdb::Error> {
-        let boot = self.db.get(b"!boot")?.map_or(0, |v| u64::from_le_bytes(v[..8].try_into().unwrap_or([0; 8]))) + 1;
+    fn recover(&self) -> Result<Recovered, StoreError> {
+        let boot = self.db.get(b"!boot").map_err(storage_error)?.map_or(0, |v| u64::from_le_bytes(v[..8].try_into().unwrap_or([0; 8]))) + 1;
         let mut batch = WriteBatch::default();
         batch.put(b"!boot", boot.to_le_bytes());
-        let mut n_garbage_versions = 0;
+        // Staged markers of the BlobDB layout: those versions never committed.
         for item in self.db.prefix_iterator(b"S") {
-            let (k, _) = item?;
+            let (k, _) = item.map_err(storage_error)?;
             if !k.starts_with(b"S") {
                 break;
             }
             batch.delete_cf(self.blocks(), &k[1..]);
             batch.delete(&k);
-            n_garbage_versions += 1;
         }
+        let mut committed = HashSet::new();
+        for item in self.db.prefix_iterator(b"B") {
+            let (k, v) = item.map_err(storage_error)?;
+            if !k.starts_with(b"B") {
+                break;
+            }
+            if let Ok(v) = Uuid::from_slice(&v) {
+                committed.insert(v);
+            }
+        }
+        let n_garbage_versions =
+            self.files.sweep(&committed).map_err(|e| crate::files::io_error(e, || "sweeping uncommitted block versions".into()))?;
         let mut queue = Vec::new();
         for item in self.db.prefix_iterator(b"Q") {
-            let (k, v) = item?;
+            let (k, v) = item.map_err(storage_error)?;
             if !k.starts_with(b"Q") {
                 break;
             }
@@ -159,7 +165,7 @@ impl Db {
                 queue.push((bag, seq, payload.to_vec(), attempts));
             }
         }
-        self.db.write_opt(batch, &synced())?;
+        self.db.write_opt(batch, &synced()).map_err(storage_error)?;
         Ok(Recovered { boot, queue, n_garbage_versions })
     }
 
@@ -202,18 +208,21 @@ impl Db {
     /// Deletes a matrix's record, name and every committed block version.
     pub(crate) fn delete_matrix(&self, id: Uuid, name: &str) -> Result<(), StoreError> {
         let mut batch = WriteBatch::default();
+        let mut versions = Vec::new();
         let prefix = [&b"B"[..], id.as_bytes()].concat();
         for item in self.db.prefix_iterator(&prefix) {
             let (k, v) = item.map_err(storage_error)?;
             if !k.starts_with(&prefix) {
                 break;
             }
-            batch.delete_cf(self.blocks(), &v);
+            versions.extend(Uuid::from_slice(&v).ok());
             batch.delete(&k);
         }
         batch.delete(matrix_key(id));
         batch.delete(name_key(name));
-        self.db.write_opt(batch, &synced()).map_err(storage_error)
+        self.db.write_opt(batch, &synced()).map_err(storage_error)?;
+        self.files.remove(&versions);
+        Ok(())
     }
 
     /// The committed version of a block, if it was ever written.
@@ -221,36 +230,20 @@ impl Db {
         block_version(&self.db, key)
     }
 
+    /// A version's stored form (checked by the caller: every block carries
+    /// its own crc32c); `None` if it is gone.
     pub(crate) fn read_version(&self, version: Uuid) -> Result<Option<Vec<u8>>, StoreError> {
-        // Every block carries its own crc32c, checked here on each get and
-        // by the client after transfer: RocksDB's blob checksum would be a
-        // third pass over 32 MiB, and a slow one (a tenth of the node's CPU
-        // under a multiply).
-        let mut opts = rocksdb::ReadOptions::default();
-        opts.set_verify_checksums(false);
-        self.db.get_cf_opt(self.blocks(), version.as_bytes(), &opts).map_err(storage_error)
+        self.files.read(version)
     }
 
-    /// Writes a new block version and its staged marker, without sync: the
-    /// commit's synced batch makes both durable (the WAL is one log).
-    pub(crate) fn stage_version(&self, key: &BlockKey, version: Uuid, value: &[u8]) -> Result<(), StoreError> {
-        let mut batch = WriteBatch::default();
-        batch.put_cf(self.blocks(), version.as_bytes(), value);
-        batch.put(staged_key(version), key.pointer());
-        self.db.write(batch).map_err(storage_error)
+    /// Writes a new block version, synced; a commit makes it current.
+    pub(crate) fn stage_version(&self, version: Uuid, value: &[u8]) -> Result<(), StoreError> {
+        self.files.write(version, value)
     }
 
     /// Drops staged versions of aborted or superseded writes.
-    pub(crate) fn drop_staged(&self, versions: &[Uuid]) -> Result<(), StoreError> {
-        if versions.is_empty() {
-            return Ok(());
-        }
-        let mut batch = WriteBatch::default();
-        for v in versions {
-            batch.delete_cf(self.blocks(), v.as_bytes());
-            batch.delete(staged_key(*v));
-        }
-        self.db.write(batch).map_err(storage_error)
+    pub(crate) fn drop_staged(&self, versions: &[Uuid]) {
+        self.files.remove(versions);
     }
 
     /// The top-level commit: every write of the action and every queue
@@ -284,10 +277,8 @@ impl Db {
     /// Test hook: flips one payload byte of a block's committed version.
     pub(crate) fn corrupt_block(&self, key: &BlockKey) -> Result<(), StoreError> {
         let version = self.block_version(key)?.ok_or_else(|| StoreError::NotFound { what: format!("{key:?}") })?;
-        let mut value = self.read_version(version)?.ok_or_else(|| StoreError::NotFound { what: format!("{key:?}") })?;
-        let at = value.len() / 2 + store_client::block::HEADER_LEN / 2;
-        value[at] ^= 0x5a;
-        self.db.put_cf_opt(self.blocks(), version.as_bytes(), &value, &synced()).map_err(storage_error)
+        let value = self.read_version(version)?.ok_or_else(|| StoreError::NotFound { what: format!("{key:?}") })?;
+        self.files.corrupt(version, value.len() / 2 + store_client::block::HEADER_LEN / 2)
     }
 }
 
@@ -303,18 +294,24 @@ fn block_version(db: &DB, key: &BlockKey) -> Result<Option<Uuid>, StoreError> {
 
 /// The group committer: each round takes every queued commit, writes them
 /// as one synced batch and answers each. Ends when [`Db`] is dropped.
-fn run_committer(db: &DB, jobs: mpsc::Receiver<CommitJob>) {
+fn run_committer(db: &DB, files: &BlockFiles, jobs: mpsc::Receiver<CommitJob>) {
     while let Ok(first) = jobs.recv() {
         let mut group = vec![first];
         // Whatever queued while the last group synced goes in this one.
         group.extend(jobs.try_iter());
         let mut batch = WriteBatch::default();
         let mut waiting = Vec::with_capacity(group.len());
+        let mut replaced = Vec::new();
+        let mut new_files = false;
         for job in group {
             // A commit whose old block versions cannot be read fails alone,
             // before any of it is in the batch.
             match add_commit(db, &mut batch, &job.writes, &job.queue) {
-                Ok(()) => waiting.push(job.done),
+                Ok(old) => {
+                    new_files |= job.writes.iter().any(|(k, _)| matches!(k, ObjKey::Block(_)));
+                    replaced.extend(old);
+                    waiting.push(job.done);
+                }
                 Err(e) => {
                     let _ = job.done.send(Err(e));
                 }
@@ -323,7 +320,12 @@ fn run_committer(db: &DB, jobs: mpsc::Receiver<CommitJob>) {
         if waiting.is_empty() {
             continue;
         }
-        let result = db.write_opt(batch, &synced()).map_err(storage_error);
+        // The new versions' directory entries before the pointers to them.
+        let synced_dir = if new_files { files.sync_dir() } else { Ok(()) };
+        let result = synced_dir.and_then(|()| db.write_opt(batch, &synced()).map_err(storage_error));
+        if result.is_ok() {
+            files.remove(&replaced);
+        }
         for done in waiting {
             let _ = done.send(result.clone());
         }
@@ -331,33 +333,27 @@ fn run_committer(db: &DB, jobs: mpsc::Receiver<CommitJob>) {
 }
 
 /// Adds one action's commit to `batch`: its writes (switching block
-/// pointers, dropping the old versions and the staged markers) and its
-/// queue changes. Reads everything it needs first, so on error nothing of
-/// it was added.
-fn add_commit(db: &DB, batch: &mut WriteBatch, writes: &[(ObjKey, Tentative)], queue: &[queue::Mutation]) -> Result<(), StoreError> {
+/// pointers) and its queue changes; returns the versions it replaces, to
+/// remove once the batch is durable. Reads everything it needs first, so
+/// on error nothing of it was added.
+fn add_commit(db: &DB, batch: &mut WriteBatch, writes: &[(ObjKey, Tentative)], queue: &[queue::Mutation]) -> Result<Vec<Uuid>, StoreError> {
     let mut old_versions = Vec::new();
     for (key, _) in writes {
         if let ObjKey::Block(b) = key {
             old_versions.push(block_version(db, b)?);
         }
     }
-    let mut old_versions = old_versions.into_iter();
+    let replaced = old_versions.iter().flatten().copied().collect();
     for (key, t) in writes {
         match (key, t) {
             (ObjKey::Small(k), Tentative::Small(v)) => batch.put(small_key(k), v),
             (ObjKey::Small(k), Tentative::Deleted) => batch.delete(small_key(k)),
-            (ObjKey::Block(b), Tentative::Block(version)) => {
-                if let Some(old) = old_versions.next().flatten() {
-                    batch.delete_cf(blocks_cf(db), old.as_bytes());
-                }
-                batch.put(b.pointer(), version.as_bytes());
-                batch.delete(staged_key(*version));
-            }
+            (ObjKey::Block(b), Tentative::Block(version)) => batch.put(b.pointer(), version.as_bytes()),
             (k, t) => unreachable!("tentative {t:?} recorded for {k:?}"),
         }
     }
     queue_batch(batch, queue);
-    Ok(())
+    Ok(replaced)
 }
 
 fn queue_batch(batch: &mut WriteBatch, queue: &[queue::Mutation]) {
@@ -385,9 +381,6 @@ fn name_key(name: &str) -> Vec<u8> {
     [&b"N"[..], name.as_bytes()].concat()
 }
 
-fn staged_key(version: Uuid) -> Vec<u8> {
-    [&b"S"[..], version.as_bytes()].concat()
-}
 
 fn queue_key(bag: &str, seq: u64) -> Vec<u8> {
     [&b"Q"[..], bag.as_bytes(), &[0], &seq.to_be_bytes()].concat()

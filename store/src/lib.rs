@@ -18,6 +18,7 @@
 mod blocks;
 mod dataplane;
 mod db;
+mod files;
 mod keys;
 mod node;
 mod rpc;
@@ -63,7 +64,7 @@ impl Config {
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error("cannot open the store at {path}: {source}")]
-    Open { path: PathBuf, source: rocksdb::Error },
+    Open { path: PathBuf, source: StoreError },
     #[error("cannot read the store at {path}: {source}")]
     Read { path: PathBuf, source: StoreError },
     #[error("cannot listen on {addr}: {source}")]

@@ -226,9 +226,7 @@ impl Node {
 
     fn clean_up(&self, cleanup: Cleanup) {
         self.persist_queue(&cleanup.queue);
-        if let Err(e) = self.db.drop_staged(&cleanup.versions) {
-            tracing::warn!("dropping staged versions failed (collected at next start): {e}");
-        }
+        self.db.drop_staged(&cleanup.versions);
     }
 
     // ---- actions ----
