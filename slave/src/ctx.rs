@@ -12,11 +12,12 @@ use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-/// Blocks fetched ahead of the task. Two: a matmul task's next pair
-/// `A(i,k+1), B(k+1,j)` streams in while dgemm runs on the current pair, so
-/// the slave waits on no transfer after the first and holds at most five
-/// blocks (accumulator, the current pair, the next pair).
-const PREFETCH_BLOCKS: usize = 2;
+/// Blocks fetched ahead of the task. One: the slave holds at most four
+/// blocks (a matmul's accumulator, the current pair, the next block), the
+/// issue's memory bound. A local get (the node passes the version file; the
+/// slave reads it) takes about 10 ms for 32 MiB against 300 ms of dgemm per
+/// pair, so one block ahead already hides every transfer but the first.
+const PREFETCH_BLOCKS: usize = 1;
 
 pub(crate) struct StoreCtx<'a> {
     pub(crate) rt: Handle,
@@ -48,7 +49,9 @@ impl Drop for Prefetch {
 impl StoreCtx<'_> {
     fn top_up(&mut self) {
         while self.prefetch.running.len() < PREFETCH_BLOCKS {
-            let Some(id) = self.prefetch.queued.pop_front() else { break };
+            let Some(id) = self.prefetch.queued.pop_front() else {
+                break;
+            };
             let reader = self.action.block_reader();
             let h = self.rt.spawn(async move { reader.get_block(id.matrix.0, id.i, id.j).await });
             self.prefetch.running.push_back((id, h));

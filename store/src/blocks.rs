@@ -10,6 +10,7 @@ use store_client::block::{self, BlockHeader, HEADER_LEN};
 use store_client::{proto, MatrixInfo, StoreError};
 use uuid::Uuid;
 
+use crate::db::Db;
 use crate::keys::{BlockKey, ObjKey, Tentative};
 use crate::node::Node;
 
@@ -68,13 +69,7 @@ impl Node {
             return Err(StoreError::AlreadyExists { what: format!("matrix {name:?}") });
         }
         let info = MatrixInfo { id: Uuid::new_v4(), name: name.to_owned(), n_rows, n_cols, block };
-        let record = proto::MatrixInfo {
-            id: info.id.as_bytes().to_vec().into(),
-            name: info.name.clone(),
-            n_rows,
-            n_cols,
-            block,
-        };
+        let record = proto::MatrixInfo { id: info.id.as_bytes().to_vec().into(), name: info.name.clone(), n_rows, n_cols, block };
         self.db.put_matrix(info.id, name, &record.encode_to_vec())?;
         matrices.insert(info.clone());
         Ok(info)
@@ -114,6 +109,36 @@ impl Node {
         key: BlockKey,
         mode: LockMode,
     ) -> Result<(BlockHeader, Bytes), StoreError> {
+        let value = self.with_version(action, key, mode, |db, v| db.read_version(v)).await?;
+        let header = block::decode(&value, &|| format!("{key:?}"))?.0;
+        Ok((header, Bytes::from(value)))
+    }
+
+    /// Like [`Node::get_block`], but opens the version's file instead of
+    /// reading it, for a client on this machine that reads it itself (the
+    /// data plane passes the descriptor over its Unix socket). The header
+    /// and the file's length are checked here; the payload's checksum is
+    /// checked by the reader. A version file never changes, so the
+    /// descriptor reads this version even after a later commit removes it.
+    pub(crate) async fn open_block(
+        &self,
+        action: Option<ActionId>,
+        key: BlockKey,
+        mode: LockMode,
+    ) -> Result<(BlockHeader, std::fs::File), StoreError> {
+        self.with_version(action, key, mode, move |db, v| db.open_version(v, &|| format!("{key:?}"))).await
+    }
+
+    /// Takes `action`'s lock on the block, finds the version it sees (its
+    /// own staged one, or the committed one) and applies `f` to it on the
+    /// blocking pool. `f` answers `None` when the version's file is gone.
+    async fn with_version<T: Send + 'static>(
+        &self,
+        action: Option<ActionId>,
+        key: BlockKey,
+        mode: LockMode,
+        f: impl Fn(&Db, Uuid) -> Result<Option<T>, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let m = self.matrix(Some(key.matrix), "")?;
         block_shape(&m, key.i, key.j)?;
         let mut version = None;
@@ -123,9 +148,9 @@ impl Node {
             version = self.lookup(a, &k)?.and_then(|t| t.staged_version());
         }
         let db = self.db.clone();
-        let value = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, StoreError> {
+        tokio::task::spawn_blocking(move || -> Result<T, StoreError> {
             if let Some(v) = version {
-                return db.read_version(v)?.ok_or_else(|| StoreError::Corrupt { what: format!("{key:?}: staged version {v} missing") });
+                return f(&db, v)?.ok_or_else(|| StoreError::Corrupt { what: format!("{key:?}: staged version {v} missing") });
             }
             // A read without the action's lock (or before the action wrote
             // the block) follows the pointer. Without a lock, a commit may
@@ -134,8 +159,8 @@ impl Node {
             let mut last = None;
             for _ in 0..4 {
                 let v = db.block_version(&key)?.ok_or_else(|| StoreError::NotFound { what: format!("{key:?} (never written)") })?;
-                if let Some(value) = db.read_version(v)? {
-                    return Ok(value);
+                if let Some(found) = f(&db, v)? {
+                    return Ok(found);
                 }
                 if last == Some(v) {
                     break;
@@ -145,9 +170,7 @@ impl Node {
             Err(StoreError::Corrupt { what: format!("{key:?}: its current version's file is missing") })
         })
         .await
-        .map_err(|e| StoreError::Storage { what: e.to_string() })??;
-        let header = block::decode(&value, &|| format!("{key:?}"))?.0;
-        Ok((header, Bytes::from(value)))
+        .map_err(|e| StoreError::Storage { what: e.to_string() })?
     }
 
     /// Writes a block inside `action` under an overwrite lock. `value` is

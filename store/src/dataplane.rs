@@ -14,11 +14,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actions::{ActionId, LockMode};
+use std::os::fd::AsFd;
 use store_client::block::{BlockHeader, HEADER_LEN};
+
+use store_client::dataplane::fdpass;
 use store_client::dataplane::wire::{self, Op, Reply, Request, REQUEST_LEN};
 use store_client::StoreError;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::task::JoinSet;
 
 use crate::blocks::MAX_BLOCK;
@@ -85,13 +88,21 @@ async fn accept_failed(e: std::io::Error) {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
-trait Conn: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Conn for T {}
+trait Conn: AsyncRead + AsyncWrite + Unpin + Send {
+    /// The Unix socket, over which descriptors can be passed.
+    fn unix(&self) -> Option<&UnixStream> {
+        None
+    }
+}
+impl Conn for TcpStream {}
+impl Conn for UnixStream {
+    fn unix(&self) -> Option<&UnixStream> {
+        Some(self)
+    }
+}
 
 async fn connection(mut s: Box<dyn Conn>, node: &Arc<Node>, token: &[u8]) -> Result<(), ConnError> {
-    tokio::time::timeout(HELLO_TIMEOUT, hello(&mut s, token))
-        .await
-        .map_err(|_| ConnError::Refused("no hello in time".into()))??;
+    tokio::time::timeout(HELLO_TIMEOUT, hello(&mut s, token)).await.map_err(|_| ConnError::Refused("no hello in time".into()))??;
     loop {
         let mut head = [0u8; REQUEST_LEN];
         match s.read_exact(&mut head).await {
@@ -109,6 +120,22 @@ async fn connection(mut s: Box<dyn Conn>, node: &Arc<Node>, token: &[u8]) -> Res
                     Ok((_, value)) => {
                         s.write_all(&Reply { ok: true, len: value.len() as u64 }.encode()).await?;
                         s.write_all(&value).await?;
+                    }
+                    Err(e) => send_error(&mut s, &e).await?,
+                }
+            }
+            Op::GetLocal | Op::GetLocalForUpdate => {
+                let mode = if req.op == Op::GetLocal { LockMode::Read } else { LockMode::Write };
+                let Some(unix) = s.unix() else {
+                    let e = StoreError::InvalidArgument { what: "a local get needs the node's Unix socket".into() };
+                    send_error(&mut s, &e).await?;
+                    continue;
+                };
+                match node.open_block(action, key, mode).await {
+                    Ok((header, file)) => {
+                        let mut reply = Reply { ok: true, len: HEADER_LEN as u64 }.encode().to_vec();
+                        reply.extend_from_slice(&header.encode());
+                        fdpass::send_with_fd(unix, &reply, file.as_fd()).await?;
                     }
                     Err(e) => send_error(&mut s, &e).await?,
                 }

@@ -236,6 +236,15 @@ impl Db {
         self.files.read(version)
     }
 
+    /// Opens a version's file with its header checked; `None` if it is gone.
+    pub(crate) fn open_version(
+        &self,
+        version: Uuid,
+        what: &dyn Fn() -> String,
+    ) -> Result<Option<(store_client::block::BlockHeader, std::fs::File)>, StoreError> {
+        self.files.open_version(version, what)
+    }
+
     /// Writes a new block version, synced; a commit makes it current.
     pub(crate) fn stage_version(&self, version: Uuid, value: &[u8]) -> Result<(), StoreError> {
         self.files.write(version, value)
@@ -288,8 +297,7 @@ fn blocks_cf(db: &DB) -> &rocksdb::ColumnFamily {
 
 fn block_version(db: &DB, key: &BlockKey) -> Result<Option<Uuid>, StoreError> {
     let v = db.get(key.pointer()).map_err(storage_error)?;
-    v.map(|v| Uuid::from_slice(&v).map_err(|_| StoreError::Corrupt { what: format!("{key:?}: bad version pointer") }))
-        .transpose()
+    v.map(|v| Uuid::from_slice(&v).map_err(|_| StoreError::Corrupt { what: format!("{key:?}: bad version pointer") })).transpose()
 }
 
 /// The group committer: each round takes every queued commit, writes them
@@ -380,7 +388,6 @@ fn matrix_key(id: Uuid) -> Vec<u8> {
 fn name_key(name: &str) -> Vec<u8> {
     [&b"N"[..], name.as_bytes()].concat()
 }
-
 
 fn queue_key(bag: &str, seq: u64) -> Vec<u8> {
     [&b"Q"[..], bag.as_bytes(), &[0], &seq.to_be_bytes()].concat()

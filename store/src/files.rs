@@ -21,6 +21,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+use store_client::block::{self, BlockHeader, HEADER_LEN};
 use store_client::StoreError;
 use uuid::Uuid;
 
@@ -76,6 +77,27 @@ impl BlockFiles {
         let mut value = Vec::with_capacity(len);
         f.read_to_end(&mut value).map_err(|e| io_error(e, what))?;
         Ok(Some(value))
+    }
+
+    /// Opens a version for reading by someone else (its descriptor is
+    /// passed on); checks its header and that the file is as long as the
+    /// header says. `None` if there is no such file.
+    pub(crate) fn open_version(&self, version: Uuid, what: &dyn Fn() -> String) -> Result<Option<(BlockHeader, File)>, StoreError> {
+        use std::os::unix::fs::FileExt;
+        let f = match File::open(self.path(version)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_error(e, what)),
+        };
+        let corrupt = |why: &str| StoreError::Corrupt { what: format!("{}: {why}", what()) };
+        let mut head = [0u8; HEADER_LEN];
+        f.read_exact_at(&mut head, 0).map_err(|_| corrupt("bad block header"))?;
+        let header = block::decode_header(&head).ok_or_else(|| corrupt("bad block header"))?;
+        let len = f.metadata().map_err(|e| io_error(e, what))?.len();
+        if len != (HEADER_LEN + header.payload_len()) as u64 {
+            return Err(corrupt("payload length does not match the header"));
+        }
+        Ok(Some((header, f)))
     }
 
     /// Removes versions (aborted, replaced or deleted); missing ones are

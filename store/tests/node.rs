@@ -72,33 +72,33 @@ async fn nested_writes_are_visible_only_after_top_level_commit() {
 #[tokio::test]
 async fn blocks_round_trip_with_read_your_own_writes_and_abort_discards() {
     for path in PATHS {
-    let n = node_over(path).await;
-    let m = n.client.create_matrix("A", 100, 70, 64).await.unwrap();
-    let s = n.client.open_session("t").await.unwrap();
-    let a = s.begin().await.unwrap();
-    a.put_block(m.id, 1, 1, block(36, 6, 1.0)).await.unwrap();
-    assert_eq!(a.get_block(m.id, 1, 1).await.unwrap(), block(36, 6, 1.0));
-    a.commit().await.unwrap();
-    assert_eq!(n.client.read_block_committed(m.id, 1, 1).await.unwrap(), block(36, 6, 1.0));
+        let n = node_over(path).await;
+        let m = n.client.create_matrix("A", 100, 70, 64).await.unwrap();
+        let s = n.client.open_session("t").await.unwrap();
+        let a = s.begin().await.unwrap();
+        a.put_block(m.id, 1, 1, block(36, 6, 1.0)).await.unwrap();
+        assert_eq!(a.get_block(m.id, 1, 1).await.unwrap(), block(36, 6, 1.0));
+        a.commit().await.unwrap();
+        assert_eq!(n.client.read_block_committed(m.id, 1, 1).await.unwrap(), block(36, 6, 1.0));
 
-    let b = s.begin().await.unwrap();
-    b.put_block(m.id, 1, 1, block(36, 6, 9.0)).await.unwrap();
-    b.abort().await.unwrap();
-    assert_eq!(n.client.read_block_committed(m.id, 1, 1).await.unwrap(), block(36, 6, 1.0));
+        let b = s.begin().await.unwrap();
+        b.put_block(m.id, 1, 1, block(36, 6, 9.0)).await.unwrap();
+        b.abort().await.unwrap();
+        assert_eq!(n.client.read_block_committed(m.id, 1, 1).await.unwrap(), block(36, 6, 1.0));
     }
 }
 
 #[tokio::test]
 async fn a_32_mib_block_streams_both_ways() {
     for path in PATHS {
-    let n = node_over(path).await;
-    let m = n.client.create_matrix("big", 2048, 2048, 2048).await.unwrap();
-    let s = n.client.open_session("t").await.unwrap();
-    let a = s.begin().await.unwrap();
-    let big = block(2048, 2048, 0.5);
-    a.put_block(m.id, 0, 0, big.clone()).await.unwrap();
-    a.commit().await.unwrap();
-    assert_eq!(n.client.read_block_committed(m.id, 0, 0).await.unwrap(), big);
+        let n = node_over(path).await;
+        let m = n.client.create_matrix("big", 2048, 2048, 2048).await.unwrap();
+        let s = n.client.open_session("t").await.unwrap();
+        let a = s.begin().await.unwrap();
+        let big = block(2048, 2048, 0.5);
+        a.put_block(m.id, 0, 0, big.clone()).await.unwrap();
+        a.commit().await.unwrap();
+        assert_eq!(n.client.read_block_committed(m.id, 0, 0).await.unwrap(), big);
     }
 }
 
@@ -181,49 +181,49 @@ async fn queue_over_the_wire_empty_none_available_blocking_dequeue_and_old_posit
 #[tokio::test]
 async fn bad_input_gets_typed_errors_and_loses_nothing() {
     for path in PATHS {
-    let n = node_over(path).await;
-    let m = n.client.create_matrix("A", 10, 10, 4).await.unwrap();
-    let s = n.client.open_session("t").await.unwrap();
-    let a = s.begin().await.unwrap();
-    a.put_block(m.id, 0, 0, block(4, 4, 1.0)).await.unwrap();
-    a.commit().await.unwrap();
+        let n = node_over(path).await;
+        let m = n.client.create_matrix("A", 10, 10, 4).await.unwrap();
+        let s = n.client.open_session("t").await.unwrap();
+        let a = s.begin().await.unwrap();
+        a.put_block(m.id, 0, 0, block(4, 4, 1.0)).await.unwrap();
+        a.commit().await.unwrap();
 
-    let a = s.begin().await.unwrap();
-    let e = a.put_block(m.id, 2, 2, block(4, 4, 0.0)).await.unwrap_err();
-    assert!(matches!(&e, StoreError::InvalidArgument { what } if what.contains("must be 2x2")), "{e}");
-    let e = a.put_block(m.id, 3, 0, block(4, 4, 0.0)).await.unwrap_err();
-    assert!(matches!(&e, StoreError::InvalidArgument { what } if what.contains("outside")), "{e}");
-    let e = a.get_block(uuid::Uuid::new_v4(), 0, 0).await.unwrap_err();
-    assert!(matches!(e, StoreError::NotFound { .. }), "{e}");
-    let e = a.get_block(m.id, 1, 1).await.unwrap_err();
-    assert!(matches!(&e, StoreError::NotFound { what } if what.contains("never written")), "{e}");
-    let e = n.client.matrix_by_name("nope").await.unwrap_err();
-    assert!(matches!(e, StoreError::NotFound { .. }), "{e}");
-    let e = n.client.create_matrix("A", 10, 10, 4).await.unwrap_err();
-    assert!(matches!(e, StoreError::AlreadyExists { .. }), "{e}");
-    let e = n.client.create_matrix("Z", 0, 10, 4).await.unwrap_err();
-    assert!(matches!(e, StoreError::InvalidArgument { .. }), "{e}");
-    a.abort().await.unwrap();
-    let e = fenced_call(&s).await;
-    assert!(matches!(e, StoreError::ActionAborted { .. }), "{e}");
+        let a = s.begin().await.unwrap();
+        let e = a.put_block(m.id, 2, 2, block(4, 4, 0.0)).await.unwrap_err();
+        assert!(matches!(&e, StoreError::InvalidArgument { what } if what.contains("must be 2x2")), "{e}");
+        let e = a.put_block(m.id, 3, 0, block(4, 4, 0.0)).await.unwrap_err();
+        assert!(matches!(&e, StoreError::InvalidArgument { what } if what.contains("outside")), "{e}");
+        let e = a.get_block(uuid::Uuid::new_v4(), 0, 0).await.unwrap_err();
+        assert!(matches!(e, StoreError::NotFound { .. }), "{e}");
+        let e = a.get_block(m.id, 1, 1).await.unwrap_err();
+        assert!(matches!(&e, StoreError::NotFound { what } if what.contains("never written")), "{e}");
+        let e = n.client.matrix_by_name("nope").await.unwrap_err();
+        assert!(matches!(e, StoreError::NotFound { .. }), "{e}");
+        let e = n.client.create_matrix("A", 10, 10, 4).await.unwrap_err();
+        assert!(matches!(e, StoreError::AlreadyExists { .. }), "{e}");
+        let e = n.client.create_matrix("Z", 0, 10, 4).await.unwrap_err();
+        assert!(matches!(e, StoreError::InvalidArgument { .. }), "{e}");
+        a.abort().await.unwrap();
+        let e = fenced_call(&s).await;
+        assert!(matches!(e, StoreError::ActionAborted { .. }), "{e}");
 
-    n.client.corrupt_block_for_test(m.id, 0, 0).await.unwrap();
-    let e = n.client.read_block_committed(m.id, 0, 0).await.unwrap_err();
-    assert!(matches!(&e, StoreError::Corrupt { what } if what.contains("checksum")), "{e}");
-    // The node keeps serving everything else.
-    let b = s.begin().await.unwrap();
-    b.put_block(m.id, 0, 1, block(4, 4, 2.0)).await.unwrap();
-    b.commit().await.unwrap();
-    assert_eq!(n.client.read_block_committed(m.id, 0, 1).await.unwrap(), block(4, 4, 2.0));
-    // A block put by a fenced action fails typed on this path too.
-    let c = s.begin().await.unwrap();
-    let nested = c.begin_nested().await.unwrap();
-    c.abort().await.unwrap();
-    let e = nested.put_block(m.id, 0, 1, block(4, 4, 3.0)).await.unwrap_err();
-    assert!(matches!(e, StoreError::ActionAborted { .. }), "{e}");
-    let e = nested.get_block(m.id, 0, 1).await.unwrap_err();
-    assert!(matches!(e, StoreError::ActionAborted { .. }), "{e}");
-    assert_eq!(n.client.read_block_committed(m.id, 0, 1).await.unwrap(), block(4, 4, 2.0));
+        n.client.corrupt_block_for_test(m.id, 0, 0).await.unwrap();
+        let e = n.client.read_block_committed(m.id, 0, 0).await.unwrap_err();
+        assert!(matches!(&e, StoreError::Corrupt { what } if what.contains("checksum")), "{e}");
+        // The node keeps serving everything else.
+        let b = s.begin().await.unwrap();
+        b.put_block(m.id, 0, 1, block(4, 4, 2.0)).await.unwrap();
+        b.commit().await.unwrap();
+        assert_eq!(n.client.read_block_committed(m.id, 0, 1).await.unwrap(), block(4, 4, 2.0));
+        // A block put by a fenced action fails typed on this path too.
+        let c = s.begin().await.unwrap();
+        let nested = c.begin_nested().await.unwrap();
+        c.abort().await.unwrap();
+        let e = nested.put_block(m.id, 0, 1, block(4, 4, 3.0)).await.unwrap_err();
+        assert!(matches!(e, StoreError::ActionAborted { .. }), "{e}");
+        let e = nested.get_block(m.id, 0, 1).await.unwrap_err();
+        assert!(matches!(e, StoreError::ActionAborted { .. }), "{e}");
+        assert_eq!(n.client.read_block_committed(m.id, 0, 1).await.unwrap(), block(4, 4, 2.0));
     }
 }
 
@@ -340,6 +340,22 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
         })
         .await;
         assert!(closed.is_ok(), "the node should close a data connection speaking garbage");
+    }
+    // A local get (descriptor passing) over TCP is refused, typed, and the
+    // connection stays in step for the next request.
+    let mut sock = tokio::net::TcpStream::connect(data).await.unwrap();
+    sock.write_all(&wire::encode_hello(b"")).await.unwrap();
+    let mut head = [0u8; wire::REPLY_LEN];
+    sock.read_exact(&mut head).await.unwrap();
+    for op in [wire::Op::GetLocal, wire::Op::GetLocal] {
+        let req = wire::Request { op, action: 0, matrix: m.id, i: 0, j: 0, rows: 0, cols: 0, crc32c: 0 };
+        sock.write_all(&req.encode()).await.unwrap();
+        sock.read_exact(&mut head).await.unwrap();
+        let reply = wire::Reply::decode(&head).unwrap();
+        let mut detail = vec![0u8; reply.len as usize];
+        sock.read_exact(&mut detail).await.unwrap();
+        let e = StoreError::from_detail(&detail);
+        assert!(!reply.ok && matches!(e, StoreError::InvalidArgument { .. }), "{e}");
     }
     assert_eq!(n.client.read_block_committed(m.id, 0, 0).await.unwrap(), block(8, 8, 1.0));
 }

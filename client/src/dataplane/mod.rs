@@ -3,6 +3,7 @@
 //! each. A block is read straight into the `Vec<f64>` the caller gets and
 //! written straight from the caller's; the checksum is checked on arrival.
 
+pub mod fdpass;
 pub mod wire;
 
 use std::net::SocketAddr;
@@ -45,8 +46,18 @@ impl std::fmt::Display for Target {
     }
 }
 
-trait Conn: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Conn for T {}
+trait Conn: AsyncRead + AsyncWrite + Unpin + Send {
+    /// The Unix socket, over which the node passes descriptors.
+    fn unix(&self) -> Option<&UnixStream> {
+        None
+    }
+}
+impl Conn for TcpStream {}
+impl Conn for UnixStream {
+    fn unix(&self) -> Option<&UnixStream> {
+        Some(self)
+    }
+}
 type Stream = Box<dyn Conn>;
 
 /// Connections to one node's data plane.
@@ -117,12 +128,17 @@ impl DataPlane {
         if reply.ok {
             return Ok(Ok(reply.len));
         }
-        if reply.len > wire::MAX_ERROR_LEN {
-            return Err(self.unavailable(format!("an error detail of {} bytes", reply.len)));
+        Ok(Err(self.read_error(s, reply.len).await?))
+    }
+
+    /// Reads the typed error of a failed reply whose head said `len`.
+    async fn read_error(&self, s: &mut Stream, len: u64) -> Result<StoreError> {
+        if len > wire::MAX_ERROR_LEN {
+            return Err(self.unavailable(format!("an error detail of {len} bytes")));
         }
-        let mut detail = vec![0u8; reply.len as usize];
+        let mut detail = vec![0u8; len as usize];
         s.read_exact(&mut detail).await.map_err(|e| self.unavailable(format!("reading an error: {e}")))?;
-        Ok(Err(StoreError::from_detail(&detail)))
+        Ok(StoreError::from_detail(&detail))
     }
 
     /// A pooled connection, or a new one. An exchange gives it back only
@@ -136,12 +152,57 @@ impl DataPlane {
     }
 
     pub(crate) async fn get(&self, action: u64, matrix: Uuid, i: u32, j: u32, for_update: bool) -> Result<BlockData> {
-        let op = if for_update { Op::GetForUpdate } else { Op::Get };
+        // On the node's machine the node hands over the version file and
+        // the payload never crosses a socket.
+        let local = matches!(self.target, Target::Unix(_));
+        let op = match (local, for_update) {
+            (false, false) => Op::Get,
+            (false, true) => Op::GetForUpdate,
+            (true, false) => Op::GetLocal,
+            (true, true) => Op::GetLocalForUpdate,
+        };
         let req = Request { op, action, matrix, i, j, rows: 0, cols: 0, crc32c: 0 };
         let mut s = self.checkout().await?;
-        let answer = self.get_on(&mut s, &req).await?;
+        let answer = if local { self.get_local_on(&mut s, &req).await? } else { self.get_on(&mut s, &req).await? };
         self.give_back(s);
         answer
+    }
+
+    /// A local get: the reply carries the version file's descriptor and
+    /// the block header; the payload is read from the file here.
+    async fn get_local_on(&self, s: &mut Stream, req: &Request) -> Result<Result<BlockData>> {
+        let what = || format!("block ({}, {}) of {}", req.i, req.j, req.matrix);
+        s.write_all(&req.encode()).await.map_err(|e| self.unavailable(format!("sending a get: {e}")))?;
+        let unix = s.unix().ok_or_else(|| self.unavailable("a local get over TCP".into()))?;
+        let mut head = [0u8; REPLY_LEN];
+        let read = |e: std::io::Error| self.unavailable(format!("reading {}: {e}", what()));
+        let fd = fdpass::recv_with_fd(unix, &mut head).await.map_err(read)?;
+        let reply = Reply::decode(&head).map_err(|e| self.unavailable(e.to_string()))?;
+        if !reply.ok {
+            return Ok(Err(self.read_error(s, reply.len).await?));
+        }
+        let mut block_head = [0u8; HEADER_LEN];
+        s.read_exact(&mut block_head).await.map_err(read)?;
+        let (Some(fd), Some(header), true) = (fd, block::decode_header(&block_head), reply.len == HEADER_LEN as u64) else {
+            return Err(self.unavailable(format!("{}: a local get answered without a file or header", what())));
+        };
+        if header.rows > wire::MAX_BLOCK_SIDE || header.cols > wire::MAX_BLOCK_SIDE {
+            return Err(self.unavailable(format!("{}: a block of {}x{}", what(), header.rows, header.cols)));
+        }
+        let file = std::fs::File::from(fd);
+        let name = what();
+        let data = tokio::task::spawn_blocking(move || -> Result<BlockData> {
+            use std::os::unix::fs::FileExt;
+            let mut data = vec![0f64; header.rows as usize * header.cols as usize];
+            file.read_exact_at(bytemuck::cast_slice_mut(&mut data), HEADER_LEN as u64)
+                .map_err(|e| StoreError::Corrupt { what: format!("{name}: reading its version file: {e}") })?;
+            block::verify(&header, bytemuck::cast_slice(&data))
+                .map_err(|_| StoreError::Corrupt { what: format!("{name}: checksum mismatch") })?;
+            Ok(BlockData { rows: header.rows as usize, cols: header.cols as usize, data })
+        })
+        .await
+        .map_err(|e| StoreError::StoreUnavailable { what: format!("reading a block: {e}") })?;
+        Ok(data)
     }
 
     /// `Err`: the connection is out of step; `Ok`: the node's answer.

@@ -14,6 +14,9 @@
 //!         put: then rows·cols·8 payload bytes
 //! reply   "FTBR" | status u8 | 0 0 0 | len u64                        (16 bytes)
 //!         ok get: len = 32-byte block header + payload (the stored form)
+//!         ok local get: len = 32, the block header, and the version file's
+//!         descriptor passed with the reply (SCM_RIGHTS; Unix socket only):
+//!         the client reads the payload from it at offset 32
 //!         ok put / hello: len = 0
 //!         error: len bytes of ErrorDetail (protobuf), see StoreError::to_detail
 //! ```
@@ -46,6 +49,10 @@ pub enum Op {
     GetForUpdate = 2,
     /// Write under an overwrite lock; the payload follows the request.
     Put = 3,
+    /// `Get`, answered with the version file's descriptor (Unix socket).
+    GetLocal = 4,
+    /// `GetForUpdate`, answered with the descriptor.
+    GetLocalForUpdate = 5,
 }
 
 /// One request. `rows`, `cols` and `crc32c` describe a put's payload and
@@ -96,6 +103,8 @@ impl Request {
             1 => Op::Get,
             2 => Op::GetForUpdate,
             3 => Op::Put,
+            4 => Op::GetLocal,
+            5 => Op::GetLocalForUpdate,
             other => return Err(WireError::BadOp(other)),
         };
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
