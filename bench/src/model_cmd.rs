@@ -218,6 +218,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         use_bsp: args.bsp,
         cached_puts: false,
         raytrace_task_overhead: 0.0,
+        // Predictions are for this implementation's jobs (8-bit RGB).
+        pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
     };
     let pr = predict(app, args.n, args.block, &params, &options)?;
     print_prediction(&pr);

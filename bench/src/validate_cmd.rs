@@ -211,6 +211,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let ext_opts_for = |app: App, s: u64| Options {
         shared_cpu: Some(SharedCpu { cores, store_share: 1.0 }),
         slave_overlap: matches!(app, App::Matmul | App::Cholesky(_)),
+        pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
         ..Options::with_slaves(s)
     };
 

@@ -59,7 +59,7 @@ mod volumes;
 pub use cholesky::Variant;
 pub use error::{ModelError, ParamsError};
 pub use options::{CholeskyCaching, MatmulCaching, Options, SharedCpu};
-pub use params::{Bsp, Params, Piecewise, ELEMENT_BYTES, MB, MFLOP, PIXEL_BYTES, THESIS_RAY_PIXEL_RATE};
+pub use params::{Bsp, Params, Piecewise, ELEMENT_BYTES, IMPLEMENTATION_PIXEL_BYTES, MB, MFLOP, PIXEL_BYTES, THESIS_RAY_PIXEL_RATE};
 pub use predict::{predict, App, Prediction, TASK_OVERHEAD_STORE_SHARE};
 pub use primitives::Primitives;
 pub use recovery::Recovery;

@@ -98,6 +98,10 @@ pub struct Options {
     /// construct each output object and 0.09 s to convert it (§4.8.2), costs
     /// its model omits. 0 by default (the thesis's model).
     pub raytrace_task_overhead: f64,
+    /// Bytes of output per ray-traced pixel: the thesis stored 3 doubles
+    /// ([`crate::PIXEL_BYTES`], the default); this implementation stores
+    /// 8-bit RGB ([`crate::IMPLEMENTATION_PIXEL_BYTES`]).
+    pub pixel_bytes: f64,
 }
 
 impl Default for Options {
@@ -113,6 +117,7 @@ impl Default for Options {
             use_bsp: false,
             cached_puts: false,
             raytrace_task_overhead: 0.0,
+            pixel_bytes: crate::PIXEL_BYTES,
         }
     }
 }

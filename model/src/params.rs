@@ -156,6 +156,8 @@ pub const MFLOP: f64 = 1e6;
 pub const ELEMENT_BYTES: f64 = 8.0;
 /// Bytes per ray-traced pixel (3 doubles, thesis §2.5 / Table 4.2).
 pub const PIXEL_BYTES: f64 = 24.0;
+/// Bytes per pixel this implementation stores (8-bit RGB).
+pub const IMPLEMENTATION_PIXEL_BYTES: f64 = 3.0;
 /// Pixel rate of the thesis's ray tracer: 512² pixels of "balls" in 1130 s
 /// on an HP710 (§4.8.2).
 pub const THESIS_RAY_PIXEL_RATE: f64 = 512.0 * 512.0 / 1130.0;

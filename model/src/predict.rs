@@ -228,7 +228,7 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
         App::Matmul => matmul::volumes(n, b, options.matmul_caching, s),
         App::Cholesky(v) => cholesky::volumes(n, b, v),
         App::Lu { pivot } => lu::volumes(n, b, pivot),
-        App::Raytrace => raytrace::volumes(n, b),
+        App::Raytrace => raytrace::volumes(n, b, options),
     };
     let memory_per_slave = match app {
         App::Matmul => matmul::memory_per_slave(n, b, options),

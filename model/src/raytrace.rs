@@ -2,7 +2,7 @@
 //! object, no dependencies and (almost) no input (thesis §4.8.2, Table 4.4).
 
 use crate::options::Options;
-use crate::params::{Params, PIXEL_BYTES};
+use crate::params::Params;
 use crate::schedule::{Step, TaskCost};
 use crate::volumes::Volumes;
 
@@ -51,7 +51,7 @@ fn grains(rows: u64, grain: u64) -> impl Iterator<Item = u64> {
 pub fn steps(params: &Params, side: u64, grain: u64, options: &Options, slowdown: f64) -> Vec<Step> {
     let mut st = Step::default();
     for rows in grains(side, grain) {
-        let bytes = PIXEL_BYTES * (rows * side) as f64;
+        let bytes = options.pixel_bytes * (rows * side) as f64;
         st.push(
             1,
             TaskCost {
@@ -65,7 +65,7 @@ pub fn steps(params: &Params, side: u64, grain: u64, options: &Options, slowdown
 }
 
 /// Tasks and output; the input (the scene) is negligible.
-pub fn volumes(side: u64, grain: u64) -> Volumes {
+pub fn volumes(side: u64, grain: u64, options: &Options) -> Volumes {
     let n = side.div_ceil(grain);
     Volumes {
         n_tasks: n,
@@ -73,12 +73,12 @@ pub fn volumes(side: u64, grain: u64) -> Volumes {
         n_gets: 0,
         get_bytes: 0.0,
         n_puts: n,
-        put_bytes: PIXEL_BYTES * (side * side) as f64,
+        put_bytes: options.pixel_bytes * (side * side) as f64,
     }
 }
 
 /// Memory per slave: one grain of output (twice with slave overlap).
 pub fn memory_per_slave(side: u64, grain: u64, options: &Options) -> f64 {
     let k = if options.slave_overlap { 2.0 } else { 1.0 };
-    k * PIXEL_BYTES * (grain.min(side) * side) as f64
+    k * options.pixel_bytes * (grain.min(side) * side) as f64
 }

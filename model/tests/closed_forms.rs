@@ -23,6 +23,7 @@ const INF: Options = Options {
     use_bsp: false,
     cached_puts: false,
     raytrace_task_overhead: 0.0,
+    pixel_bytes: model::PIXEL_BYTES,
 };
 
 fn run(app: App, p: u64, b: u64, params: &Params, o: &Options) -> (f64, Bounds) {

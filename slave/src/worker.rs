@@ -30,7 +30,10 @@ pub async fn run(config: SlaveConfig) -> Result<(), StoreError> {
     loop {
         match slave.work().await {
             Ok(Idle::Exit) => return Ok(()),
-            Ok(Idle::Wait) => tokio::time::sleep(Duration::from_millis(300)).await,
+            // A new job is seen within this: it is most of a small job's
+            // start latency (the model's `job_latency`).
+            Ok(Idle::Wait) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Ok(Idle::Again) => {}
             Err(e) if e.needs_reconnect() || !slave.session.is_alive() => {
                 tracing::warn!("lost the store node ({e}); reconnecting");
                 slave.reconnect().await?;
@@ -43,7 +46,10 @@ pub async fn run(config: SlaveConfig) -> Result<(), StoreError> {
 
 enum Idle {
     Exit,
+    /// Nothing to do: look again shortly.
     Wait,
+    /// A job just ended: look for the next one at once.
+    Again,
 }
 
 struct Slave {
@@ -104,7 +110,7 @@ impl Slave {
             }
         }
         self.mark_finished(id).await?;
-        Ok(Idle::Wait)
+        Ok(Idle::Again)
     }
 
     async fn next_job(&self) -> Result<Option<JobRecord>, StoreError> {
