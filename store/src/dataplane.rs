@@ -17,11 +17,11 @@ use actions::{ActionId, LockMode};
 use std::os::fd::AsFd;
 use store_client::block::{BlockHeader, HEADER_LEN};
 
-use store_client::dataplane::fdpass;
 use store_client::dataplane::wire::{self, Op, Reply, Request, REQUEST_LEN};
+use store_client::dataplane::{fdpass, size_buffers, Stream};
 use store_client::StoreError;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixListener};
 use tokio::task::JoinSet;
 
 use crate::blocks::MAX_BLOCK;
@@ -30,7 +30,6 @@ use crate::node::Node;
 
 /// A client that connects must say hello within this.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
-const SOCKET_BUFFER: usize = 4 << 20;
 
 #[derive(Debug, thiserror::Error)]
 enum ConnError {
@@ -47,7 +46,7 @@ enum ConnError {
 pub(crate) async fn serve(tcp: TcpListener, unix: Option<UnixListener>, node: Arc<Node>, token: Option<String>) {
     let token: Arc<[u8]> = token.unwrap_or_default().into_bytes().into();
     let mut connections = JoinSet::new();
-    let spawn = |connections: &mut JoinSet<()>, s: Box<dyn Conn>, peer: String| {
+    let spawn = |connections: &mut JoinSet<()>, s: Stream, peer: String| {
         let (node, token) = (node.clone(), token.clone());
         connections.spawn(async move {
             if let Err(e) = connection(s, &node, &token).await {
@@ -60,18 +59,14 @@ pub(crate) async fn serve(tcp: TcpListener, unix: Option<UnixListener>, node: Ar
             accepted = tcp.accept() => match accepted {
                 Ok((s, peer)) => {
                     let _ = s.set_nodelay(true);
-                    let sock = socket2::SockRef::from(&s);
-                    let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
-                    let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+                    size_buffers(&s);
                     spawn(&mut connections, Box::new(s), peer.to_string());
                 }
                 Err(e) => accept_failed(e).await,
             },
             accepted = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => match accepted {
                 Ok((s, _)) => {
-                    let sock = socket2::SockRef::from(&s);
-                    let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
-                    let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+                    size_buffers(&s);
                     spawn(&mut connections, Box::new(s), "unix socket".into());
                 }
                 Err(e) => accept_failed(e).await,
@@ -88,20 +83,7 @@ async fn accept_failed(e: std::io::Error) {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
-trait Conn: AsyncRead + AsyncWrite + Unpin + Send {
-    /// The Unix socket, over which descriptors can be passed.
-    fn unix(&self) -> Option<&UnixStream> {
-        None
-    }
-}
-impl Conn for TcpStream {}
-impl Conn for UnixStream {
-    fn unix(&self) -> Option<&UnixStream> {
-        Some(self)
-    }
-}
-
-async fn connection(mut s: Box<dyn Conn>, node: &Arc<Node>, token: &[u8]) -> Result<(), ConnError> {
+async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(), ConnError> {
     tokio::time::timeout(HELLO_TIMEOUT, hello(&mut s, token)).await.map_err(|_| ConnError::Refused("no hello in time".into()))??;
     loop {
         let mut head = [0u8; REQUEST_LEN];
@@ -161,7 +143,7 @@ async fn connection(mut s: Box<dyn Conn>, node: &Arc<Node>, token: &[u8]) -> Res
     }
 }
 
-async fn hello(s: &mut Box<dyn Conn>, token: &[u8]) -> Result<(), ConnError> {
+async fn hello(s: &mut Stream, token: &[u8]) -> Result<(), ConnError> {
     let mut head = [0u8; 8];
     s.read_exact(&mut head).await?;
     let len = wire::decode_hello_head(&head)?;
@@ -192,7 +174,7 @@ async fn read_value(s: &mut (impl AsyncRead + Unpin), header: &BlockHeader) -> s
     Ok(value)
 }
 
-async fn send_error(s: &mut Box<dyn Conn>, e: &StoreError) -> std::io::Result<()> {
+async fn send_error(s: &mut Stream, e: &StoreError) -> std::io::Result<()> {
     let detail = e.to_detail();
     s.write_all(&Reply { ok: false, len: detail.len() as u64 }.encode()).await?;
     s.write_all(&detail).await

@@ -280,7 +280,6 @@ async fn a_request_after_shutdown_is_store_unavailable() {
 
 #[tokio::test]
 async fn garbage_on_the_port_is_refused_and_the_node_keeps_serving() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let n = node().await;
     let addr = n.running.as_ref().unwrap().addr();
     let s = n.client.open_session("t").await.unwrap();
@@ -288,20 +287,8 @@ async fn garbage_on_the_port_is_refused_and_the_node_keeps_serving() {
     a.write_small("kept", b"1").await.unwrap();
     a.commit().await.unwrap();
     for garbage in [&b"GET / HTTP/1.1\r\n\r\n"[..], &[0xffu8; 4096][..], b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x04\x99\xff"] {
-        let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
-        sock.write_all(garbage).await.unwrap();
-        let mut buf = vec![0u8; 1024];
         // The node answers (an HTTP/2 GOAWAY or nothing) and closes.
-        let closed = tokio::time::timeout(Duration::from_secs(5), async {
-            loop {
-                match sock.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => continue,
-                }
-            }
-        })
-        .await;
-        assert!(closed.is_ok(), "the node should close a connection speaking garbage");
+        assert!(closes_after(addr, garbage, Duration::from_secs(5)).await, "the node should close a connection speaking garbage");
     }
     assert_eq!(n.client.peek_small("kept").await.unwrap(), Some(b"1".to_vec()));
     let b = s.begin().await.unwrap();
@@ -327,19 +314,8 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
     let mut huge_put = wire::encode_hello(b"");
     huge_put.extend_from_slice(&huge.encode());
     for garbage in [&b"GET / HTTP/1.1\r\n\r\n"[..], &after_hello, &huge_put] {
-        let mut sock = tokio::net::TcpStream::connect(data).await.unwrap();
-        sock.write_all(garbage).await.unwrap();
-        let mut buf = vec![0u8; 1024];
-        let closed = tokio::time::timeout(Duration::from_secs(7), async {
-            loop {
-                match sock.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => continue,
-                }
-            }
-        })
-        .await;
-        assert!(closed.is_ok(), "the node should close a data connection speaking garbage");
+        // 7 s: past the 5 s a silent client gets to say hello.
+        assert!(closes_after(data, garbage, Duration::from_secs(7)).await, "the node should close a data connection speaking garbage");
     }
     // A local get (descriptor passing) over TCP is refused, typed, and the
     // connection stays in step for the next request.
@@ -358,4 +334,21 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
         assert!(!reply.ok && matches!(e, StoreError::InvalidArgument { .. }), "{e}");
     }
     assert_eq!(n.client.read_block_committed(m.id, 0, 0).await.unwrap(), block(8, 8, 1.0));
+}
+
+/// Sends `garbage` on a new connection to `addr`; whether the node closes
+/// it (reading whatever it answers first) within `patience`.
+async fn closes_after(addr: std::net::SocketAddr, garbage: &[u8], patience: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    sock.write_all(garbage).await.unwrap();
+    let mut buf = vec![0u8; 1024];
+    let drained = async {
+        while let Ok(n) = sock.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(patience, drained).await.is_ok()
 }

@@ -46,8 +46,9 @@ impl std::fmt::Display for Target {
     }
 }
 
-trait Conn: AsyncRead + AsyncWrite + Unpin + Send {
-    /// The Unix socket, over which the node passes descriptors.
+/// A data-plane connection, either end: TCP or a Unix socket.
+pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send {
+    /// The Unix socket, over which descriptors can be passed.
     fn unix(&self) -> Option<&UnixStream> {
         None
     }
@@ -58,7 +59,15 @@ impl Conn for UnixStream {
         Some(self)
     }
 }
-type Stream = Box<dyn Conn>;
+pub type Stream = Box<dyn Conn>;
+
+/// Sizes a data-plane socket's buffers (either end). Best effort: the
+/// kernel may clamp the sizes.
+pub fn size_buffers(socket: &impl std::os::fd::AsFd) {
+    let sock = socket2::SockRef::from(socket);
+    let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+    let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+}
 
 /// Connections to one node's data plane.
 pub(crate) struct DataPlane {
@@ -79,22 +88,18 @@ impl DataPlane {
 
     async fn open(&self) -> Result<Stream> {
         let io = |e: std::io::Error| self.unavailable(format!("connecting: {e}"));
-        // Socket options are best effort: the kernel may clamp the sizes.
         let mut s: Stream = match &self.target {
             Target::Tcp(addr) => {
                 let s = TcpStream::connect(addr).await.map_err(io)?;
                 s.set_nodelay(true).map_err(io)?;
-                let sock = socket2::SockRef::from(&s);
-                let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
-                let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
-                let _ = sock.set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(KEEPALIVE).with_interval(KEEPALIVE));
+                size_buffers(&s);
+                let keepalive = socket2::TcpKeepalive::new().with_time(KEEPALIVE).with_interval(KEEPALIVE);
+                let _ = socket2::SockRef::from(&s).set_tcp_keepalive(&keepalive);
                 Box::new(s)
             }
             Target::Unix(path) => {
                 let s = UnixStream::connect(path).await.map_err(io)?;
-                let sock = socket2::SockRef::from(&s);
-                let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
-                let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+                size_buffers(&s);
                 Box::new(s)
             }
         };
