@@ -402,11 +402,14 @@ fn seed() -> u64 {
     std::env::var("FT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(7)
 }
 
-/// Runs a submitted job with 3 slaves. With `kills > 0`, SIGKILLs a seeded
-/// random slave each time the count of committed tasks crosses one of
-/// `kills` seeded thresholds (spread over the first 3/4 of the `total`
-/// tasks) and starts a replacement. Returns the number of kills made while
-/// the job was still running.
+/// Runs a submitted job with 3 slaves. With `kills > 0`, SIGKILLs every
+/// slave each time the count of committed tasks crosses one of `kills`
+/// seeded thresholds (spread over the first 3/4 of the `total` tasks) and
+/// starts replacements. Every slave, not one at random: with block reads
+/// now a few milliseconds, a single victim was often between tasks, and
+/// ten such kills could all miss (seen once in CI); killing all of them
+/// interrupts whichever task is running. Returns the number of kill rounds
+/// made while the job was still running.
 fn run_with_kills(env: &Env, job: Uuid, total: usize, kills: usize, seed: u64) -> usize {
     let mut slaves = Slaves::start(env.s(), 3, &[]);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
@@ -427,9 +430,13 @@ fn run_with_kills(env: &Env, job: Uuid, total: usize, kills: usize, seed: u64) -
         let done = env.done(job).len();
         if done >= next {
             thresholds.pop();
-            let victim = rng.gen_range(0..slaves.running.len());
-            slaves.kill(victim);
-            slaves.spawn();
+            let n = slaves.running.len();
+            for _ in 0..n {
+                slaves.kill(0);
+            }
+            for _ in 0..n {
+                slaves.spawn();
+            }
             made.push(done);
         } else {
             std::thread::sleep(Duration::from_millis(10));
