@@ -3,7 +3,7 @@
 
 use crate::block::MatrixMeta;
 use crate::generate::MatrixKind;
-use crate::job::{plan, CholeskyVariant, JobSpec};
+use crate::job::{plan, CholeskyVariant, JobSpec, LuSchedule};
 use crate::mem::{run_plan, run_plan_chaos, MemStore};
 use std::collections::HashSet;
 
@@ -61,12 +61,17 @@ fn cholesky_variants_under_kills_and_reordering() {
 
 #[test]
 fn lu_under_kills() {
-    for (pivot, kind) in [(false, MatrixKind::DiagDominant), (true, MatrixKind::Random)] {
+    let cases = [
+        (false, LuSchedule::Bags, MatrixKind::DiagDominant),
+        (false, LuSchedule::Dag, MatrixKind::DiagDominant),
+        (true, LuSchedule::Bags, MatrixKind::Random),
+    ];
+    for (seed, (pivot, schedule, kind)) in cases.into_iter().enumerate() {
         let a = MatrixMeta::new("A", 161, 161, 32);
         let lu = MatrixMeta::new("LU", 161, 161, 32);
         let mut s = MemStore::new();
         s.generate(&a, kind, 4);
-        let _ = check(&JobSpec::Lu { job: uuid::Uuid::new_v4(), a, lu, pivot }, &s, 30 + pivot as u64);
+        let _ = check(&JobSpec::Lu { job: uuid::Uuid::new_v4(), a, lu, pivot, schedule }, &s, 30 + seed as u64);
     }
 }
 

@@ -52,6 +52,9 @@ pub enum JobSpec {
         lu: MatrixMeta,
         /// Partial pivoting (row interchanges recorded as small objects).
         pivot: bool,
+        /// How the tasks synchronise (without pivoting; absent in older records: bags).
+        #[serde(default)]
+        schedule: LuSchedule,
     },
     /// Ray-trace an image; each grain of scanlines becomes a small object.
     Raytrace {
@@ -82,6 +85,31 @@ pub enum CholeskyVariant {
     /// One bag that starts with the ready tasks; a committing task decrements
     /// its successors' dependency counters and enqueues those that reach zero.
     Dag,
+}
+
+/// How LU tasks without pivoting synchronise.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LuSchedule {
+    /// The source's three bags per block column (multiply, factor, solve)
+    /// with a barrier after each.
+    #[default]
+    Bags,
+    /// One bag that starts with the ready tasks; a committing task
+    /// decrements its successors' dependency counters and enqueues those
+    /// that reach zero, so no slave waits at a barrier.
+    Dag,
+}
+
+impl std::str::FromStr for LuSchedule {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<Self, PlanError> {
+        match s {
+            "bags" => Ok(LuSchedule::Bags),
+            "dag" => Ok(LuSchedule::Dag),
+            other => Err(PlanError::UnknownVariant { variant: other.to_string() }),
+        }
+    }
 }
 
 impl std::str::FromStr for CholeskyVariant {
@@ -305,11 +333,17 @@ pub enum PlanError {
         /// What is wrong.
         reason: String,
     },
-    /// Unknown Cholesky variant name.
-    #[error("unknown variant {variant:?} (single-bag, multi-step-1, multi-step-2, dag)")]
+    /// Unknown Cholesky variant or LU schedule name.
+    #[error("unknown variant {variant:?} (Cholesky: single-bag, multi-step-1, multi-step-2, dag; LU: bags, dag)")]
     UnknownVariant {
         /// The name given.
         variant: String,
+    },
+    /// Options that do not go together.
+    #[error("unsupported combination: {reason}")]
+    Unsupported {
+        /// What was asked for and why it cannot be done.
+        reason: String,
     },
 }
 
@@ -347,7 +381,7 @@ pub fn plan(spec: &JobSpec) -> Result<Plan, PlanError> {
     match spec {
         JobSpec::Matmul { job, a, b, c } => crate::matmul::plan(*job, a, b, c),
         JobSpec::Cholesky { job, a, l, variant, .. } => crate::cholesky::plan(*job, a, l, *variant),
-        JobSpec::Lu { job, a, lu, pivot } => crate::lu::plan(*job, a, lu, *pivot),
+        JobSpec::Lu { job, a, lu, pivot, schedule } => crate::lu::plan(*job, a, lu, *pivot, *schedule),
         JobSpec::Raytrace { job, params, .. } => crate::raytrace::plan(*job, params),
     }
 }
@@ -371,7 +405,7 @@ pub fn run_task(spec: &JobSpec, task: &[u8], tries: u32, ctx: &mut dyn TaskCtx) 
         JobSpec::Cholesky { job, a, l, variant, flag_timeout_ms } => {
             crate::cholesky::run(*job, a, l, *variant, *flag_timeout_ms, task, tries, ctx)
         }
-        JobSpec::Lu { job, a, lu, pivot } => crate::lu::run(*job, a, lu, *pivot, task, ctx),
+        JobSpec::Lu { job, a, lu, pivot, schedule } => crate::lu::run(*job, a, lu, *pivot, *schedule, task, ctx),
         JobSpec::Raytrace { job, params, .. } => crate::raytrace::run(*job, params, task, ctx),
     }
 }
@@ -509,6 +543,22 @@ pub(crate) fn decode_task<T: serde::de::DeserializeOwned>(task: &[u8]) -> Result
 /// Encodes a JSON task descriptor (cannot fail for our plain structs).
 pub(crate) fn encode_task<T: Serialize>(t: &T) -> Vec<u8> {
     serde_json::to_vec(t).unwrap_or_default()
+}
+
+/// One input of a DAG task is now committed (in the caller's action):
+/// decrements the task's dependency counter at `key` (a little-endian u32,
+/// write-locked so two releasers serialise) and enqueues `task` on `bag`
+/// when it reaches zero.
+pub(crate) fn release_dependency(ctx: &mut dyn TaskCtx, key: &str, bag: &str, task: &[u8]) -> Result<(), TaskError> {
+    let bad = |reason: String| TaskError::BadSmall { key: key.to_string(), reason };
+    let raw = ctx.read_small_for_update(key)?.ok_or_else(|| bad("missing".into()))?;
+    let n = <[u8; 4]>::try_from(raw.as_slice()).map(u32::from_le_bytes).map_err(|_| bad(format!("{} bytes, want 4", raw.len())))?;
+    let left = n.checked_sub(1).ok_or_else(|| bad("already zero".into()))?;
+    ctx.write_small(key, &left.to_le_bytes())?;
+    if left == 0 {
+        ctx.enqueue(bag, task)?;
+    }
+    Ok(())
 }
 
 /// Bag name scoped to the job.

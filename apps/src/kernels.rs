@@ -284,6 +284,9 @@ fn lu_nopiv_rec(a: &mut [f64], n: usize, off: usize, m: usize) -> Result<(), usi
     lu_nopiv_rec(a, n, o2, m2)
 }
 
+/// Stack of the thread [`getrf`] runs LAPACK on.
+const GETRF_STACK_BYTES: usize = 64 << 20;
+
 /// In-place LU with partial pivoting of a tall `m × n` panel (dgetrf).
 /// Returns LAPACK's `ipiv` made 0-based (row `r` was interchanged with row
 /// `ipiv[r]`, in order) and `Err(k)` (0-based column) when `U(k,k)` is exactly
@@ -294,8 +297,23 @@ pub fn getrf(a: &mut Block) -> (Vec<usize>, Result<(), usize>) {
     let mut ipiv = vec![0i32; k.max(1)];
     let mut info = 0;
     if k > 0 {
-        // SAFETY: lda = rows; ipiv has min(m,n) entries.
-        unsafe { lapack::dgetrf(a.rows as i32, a.cols as i32, &mut a.data, ld(a.rows), &mut ipiv, &mut info) };
+        // OpenBLAS 0.3.21's threaded dgetrf keeps large buffers on the
+        // stack: on an AMD EPYC (detected as Cooperlake) it overflowed the
+        // 2 MiB of a Rust test or tokio blocking thread and crashed with
+        // SIGSEGV. It runs on a thread of its own with room to spare; the
+        // spawn costs microseconds against a panel factorisation.
+        let (rows, cols) = (a.rows as i32, a.cols as i32);
+        let (data, piv) = (&mut a.data, &mut ipiv);
+        std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("dgetrf".into())
+                .stack_size(GETRF_STACK_BYTES)
+                // SAFETY: lda = rows; ipiv has min(m,n) entries.
+                .spawn_scoped(s, || unsafe { lapack::dgetrf(rows, cols, data, ld(rows as usize), piv, &mut info) })
+                .expect("spawning the dgetrf thread")
+                .join()
+                .expect("dgetrf thread panicked");
+        });
     }
     let piv = ipiv[..k].iter().map(|&p| (p - 1).max(0) as usize).collect();
     let res = if info > 0 { Err(info as usize - 1) } else { Ok(()) };

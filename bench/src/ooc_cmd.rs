@@ -497,33 +497,51 @@ fn lu(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
     let (reference, ref_per_cpu) = incore_with_cpu(App::Lu, args.ref_n, args.threads, args.ref_reps)?;
     let c = start(args, base)?;
     let (n, b) = (args.n, args.block);
-    let runs: &[bool] = if args.pivot { &[true] } else { &[false, true] };
+    // Without pivoting both schedules on one diagonally dominant input;
+    // with it, a plain random matrix makes the row interchanges real.
+    let runs: &[(bool, &str)] = if args.pivot { &[(true, "bags")] } else { &[(false, "bags"), (false, "dag"), (true, "bags")] };
     // Dask's LU pivots: compare with our pivoted run.
     let mut pivot_gf = 0.0f64;
-    for &pivot in runs {
-        // Without pivoting the input must be diagonally dominant; with it,
-        // a plain random matrix makes the row interchanges real.
+    let mut best_nopiv: Option<(&str, f64, Vec<(&'static str, Value)>)> = None;
+    for (k, &(pivot, schedule)) in runs.iter().enumerate() {
         let (input, kind, seed) = if pivot { ("R", "random", 5) } else { ("D", "diag-dominant", 4) };
-        eprintln!("out-of-core lu{} n = {n}, b = {b}, {} slaves: creating {input}", if pivot { " --pivot" } else { "" }, args.slaves);
-        c.create_matrix(input, n, b, kind, seed)?;
-        let mut submit = vec!["lu", input, "--out", "LU"];
+        let first_use = k == 0 || runs[k - 1].0 != pivot;
+        let last_use = runs.get(k + 1).is_none_or(|next| next.0 != pivot);
+        let label = if pivot { "pivot".to_string() } else { format!("nopiv ({schedule})") };
+        eprintln!("out-of-core lu {label} n = {n}, b = {b}, {} slaves", args.slaves);
+        if first_use {
+            eprintln!("  creating {input} ({kind})");
+            c.create_matrix(input, n, b, kind, seed)?;
+        }
+        let mut submit = vec!["lu", input, "--out", "LU", "--schedule", schedule];
         if pivot {
             submit.push("--pivot");
         }
         let m = measure(&c, args, &submit)?;
         c.remove_matrix("LU");
-        c.remove_matrix(input);
-        let gf = m.job.gflops();
-        if pivot {
-            pivot_gf = gf;
+        if last_use {
+            c.remove_matrix(input);
         }
-        let name = if pivot { "pivot" } else { "nopiv" };
+        let gf = m.job.gflops();
+        let name = if pivot { "pivot".to_string() } else { format!("nopiv_{schedule}") };
         let mut e = job_extra(&m, n, b);
+        e.push(("schedule", json!(schedule)));
         e.push(("incore_gflops", json!(round3(reference))));
         e.push(("ref_n", json!(args.ref_n)));
-        figs.push((format!("ooc_lu_{name}_vs_incore_dgetrf"), round3(gf / reference), "ratio", Some(if pivot { 0.65 } else { 0.75 }), e));
+        if pivot {
+            pivot_gf = gf;
+            figs.push(("ooc_lu_pivot_vs_incore_dgetrf".into(), round3(gf / reference), "ratio", Some(0.65), e));
+        } else {
+            figs.push((format!("ooc_lu_{name}_vs_incore_dgetrf"), round3(gf / reference), "ratio", None, e.clone()));
+            if best_nopiv.as_ref().is_none_or(|(_, g, _)| gf > *g) {
+                best_nopiv = Some((schedule, gf, e));
+            }
+        }
         rss_figures(figs, &format!("ooc_lu_{name}"), &m, args.cache_mib, b);
         per_cpu_figure(figs, &format!("ooc_lu_{name}"), &m, ref_per_cpu);
+    }
+    if let Some((_, gf, e)) = best_nopiv {
+        figs.push(("ooc_lu_nopiv_vs_incore_dgetrf".into(), round3(gf / reference), "ratio", Some(0.75), e));
     }
     drop(c);
     if !args.no_dask {

@@ -216,6 +216,32 @@ struct KernelSweep {
     lu: Vec<Point>,
 }
 
+/// The kernel sweep `passes` times over; each size keeps its fastest pass.
+/// Another process on a shared machine only ever slows a kernel down, and
+/// one disturbed pass moved single sizes by 40 % here (b = 256 gemm: 29
+/// then 46 Gflop/s in two runs a minute apart).
+fn sweep_kernels_best_of(sizes: &[usize], min_secs: f64, passes: usize) -> KernelSweep {
+    let best = |a: &mut Vec<Point>, b: Vec<Point>| {
+        if a.is_empty() {
+            *a = b;
+        } else {
+            for (x, y) in a.iter_mut().zip(b) {
+                x.secs = x.secs.min(y.secs);
+            }
+        }
+    };
+    let mut k = KernelSweep { multiply: vec![], solve: vec![], factor: vec![], lu: vec![] };
+    for pass in 0..passes.max(1) {
+        eprintln!("kernel sweep, pass {} of {passes}", pass + 1);
+        let s = sweep_kernels(sizes, min_secs);
+        best(&mut k.multiply, s.multiply);
+        best(&mut k.solve, s.solve);
+        best(&mut k.factor, s.factor);
+        best(&mut k.lu, s.lu);
+    }
+    k
+}
+
 fn sweep_kernels(sizes: &[usize], min_secs: f64) -> KernelSweep {
     let mut k = KernelSweep { multiply: vec![], solve: vec![], factor: vec![], lu: vec![] };
     for &b in sizes {
@@ -453,12 +479,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     // Kernel rates are per slave, and a slave runs BLAS on one thread.
     apps::kernels::set_blas_threads(1);
     let started = Instant::now();
-    let (kernel_sizes, min_secs): (&[usize], f64) = if args.quick {
-        (&[16, 32, 64, 128, 192, 256, 384, 512], 0.05)
+    let (kernel_sizes, min_secs, passes): (&[usize], f64, usize) = if args.quick {
+        (&[16, 32, 64, 128, 192, 256, 384, 512], 0.05, 1)
     } else {
-        (&[16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024], 0.3)
+        (&[16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024], 0.3, 3)
     };
-    let k = sweep_kernels(kernel_sizes, min_secs);
+    let k = sweep_kernels_best_of(kernel_sizes, min_secs, passes);
     // Fitted from b = 128 up: the block sizes jobs use (see fit_range).
     let from = |b: f64, flop_per_b3: f64| flop_per_b3 * b * b * b;
     let multiply = fit_range(&k.multiply, from(128.0, 2.0), "multiply");

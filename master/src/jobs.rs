@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use apps::job::{output_shapes, plan, AppRequest, CholeskyVariant, JobSpec};
+use apps::job::{output_shapes, plan, AppRequest, CholeskyVariant, JobSpec, LuSchedule};
 use slave::record::{self, Failure, JobRecord, TaskDone};
 use store_client::Client;
 use uuid::Uuid;
@@ -48,6 +48,11 @@ pub(crate) enum Submit {
         /// Partial pivoting (otherwise A should be diagonally dominant).
         #[arg(long)]
         pivot: bool,
+        /// Without pivoting: `bags` (the source's multiply, factor and solve
+        /// bags per block column, barriers between) or `dag` (one bag; each
+        /// commit enqueues the tasks whose last input it wrote, no barriers).
+        #[arg(long, default_value = "bags", value_parser = ["bags", "dag"])]
+        schedule: String,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -99,10 +104,14 @@ pub(crate) async fn submit(cmd: Submit) -> anyhow::Result<()> {
             };
             submit_spec(&client, spec).await?
         }
-        Submit::Lu { a, out, pivot, .. } => {
+        Submit::Lu { a, out, pivot, schedule, .. } => {
+            let schedule: LuSchedule = schedule.parse().map_err(|e| anyhow::anyhow!("--schedule: {e}"))?;
+            if pivot && schedule == LuSchedule::Dag {
+                bail!("--schedule dag is for LU without pivoting; drop --pivot or use --schedule bags");
+            }
             let a = meta(&client.matrix_by_name(&a).await?);
             let lu = create_output(&client, &out, &AppRequest::Lu { a: &a }).await?;
-            submit_spec(&client, JobSpec::Lu { job: Uuid::new_v4(), a, lu, pivot }).await?
+            submit_spec(&client, JobSpec::Lu { job: Uuid::new_v4(), a, lu, pivot, schedule }).await?
         }
         Submit::Raytrace { scene, level, width, height, grain, samples, out, .. } => {
             if scene != "balls" {
@@ -184,13 +193,12 @@ pub(crate) async fn submit_spec(client: &Client, spec: JobSpec) -> anyhow::Resul
 }
 
 /// How many tasks each bag runs in all: what the plan enqueues, except
-/// that the dag Cholesky bag starts with one task and grows to every block
-/// of the lower triangle (committing tasks enqueue their successors).
+/// that a dag's one bag starts with the ready tasks and grows by one task
+/// per dependency counter (committing tasks enqueue their successors).
 fn task_counts(spec: &JobSpec, plan: &apps::job::Plan) -> Vec<usize> {
     match spec {
-        JobSpec::Cholesky { a, variant: CholeskyVariant::Dag, .. } => {
-            let p = a.block_rows() as usize;
-            vec![p * (p + 1) / 2]
+        JobSpec::Cholesky { variant: CholeskyVariant::Dag, .. } | JobSpec::Lu { schedule: LuSchedule::Dag, .. } => {
+            vec![plan.bags.iter().map(|b| b.tasks.len()).sum::<usize>() + plan.initial_small.len()]
         }
         _ => plan.bags.iter().map(|b| b.tasks.len()).collect(),
     }
@@ -385,7 +393,7 @@ pub(crate) async fn verify(client: &Client, id: Uuid) -> anyhow::Result<bool> {
                 let tol = 1e-13 * a.n_rows as f64;
                 (r <= tol, format!("‖A − L·Lᵀ‖_F/‖A‖_F = {r:.3e} (tolerance 1e-13·n = {tol:.1e})"))
             }
-            JobSpec::Lu { job, a, lu, pivot } => {
+            JobSpec::Lu { job, a, lu, pivot, .. } => {
                 let perm = if *pivot { Some(apps::lu::permutation(src, *job, lu)?) } else { None };
                 let r = apps::verify::lu_residual(src, a, lu, perm.as_deref())?;
                 let tol = 1e-13 * a.n_rows as f64;

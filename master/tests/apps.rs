@@ -517,14 +517,14 @@ fn lu_with_and_without_pivoting_matches_in_core_lapack() {
     for (idx, (n, b)) in [(96u64, 32u32), (100, 32), (150, 64), (40, 64)].into_iter().enumerate() {
         let bound = 1e-13 * n as f64;
         let p = blocks(n, b);
-        for pivot in [false, true] {
+        for (pivot, schedule) in [(false, "bags"), (false, "dag"), (true, "bags")] {
             // Without pivoting: diagonally dominant; with: a plain random matrix.
-            let (a_name, kind) = if pivot { (format!("R{idx}"), "random") } else { (format!("D{idx}"), "diag-dominant") };
+            let (a_name, kind) = if pivot { (format!("R{idx}"), "random") } else { (format!("D{idx}-{schedule}"), "diag-dominant") };
             create_kind(s, &a_name, n, n, b, kind, 50 + idx as u64);
             let a = env.export(&a_name);
             let (want, want_piv) = lapack_lu(&a);
-            let out = format!("LU{idx}-{pivot}");
-            let mut args = vec!["lu", a_name.as_str(), "--out", out.as_str()];
+            let out = format!("LU{idx}-{pivot}-{schedule}");
+            let mut args = vec!["lu", a_name.as_str(), "--out", out.as_str(), "--schedule", schedule];
             if pivot {
                 args.push("--pivot");
             }
@@ -636,13 +636,14 @@ fn lu_with_and_without_pivoting_survives_ten_kills_bit_identical_each_task_once(
     let p = blocks(n, b);
     create_kind(s, "D", n, n, b, "diag-dominant", 4);
     create_kind(s, "R", n, n, b, "random", 5);
-    for pivot in [false, true] {
+    let mut nopiv_bags = None;
+    for (pivot, schedule) in [(false, "bags"), (false, "dag"), (true, "bags")] {
         let a = if pivot { "R" } else { "D" };
         let mut outs = Vec::new();
         let mut pivs = Vec::new();
         for kills in [0, KILLS] {
-            let out = format!("LU-{pivot}-{kills}");
-            let mut args = vec!["lu", a, "--out", out.as_str()];
+            let out = format!("LU-{pivot}-{schedule}-{kills}");
+            let mut args = vec!["lu", a, "--out", out.as_str(), "--schedule", schedule];
             if pivot {
                 args.push("--pivot");
             }
@@ -658,7 +659,13 @@ fn lu_with_and_without_pivoting_survives_ten_kills_bit_identical_each_task_once(
                 pivs.push(env.pivots(job, p as u32));
             }
         }
-        assert!(outs[0] == outs[1], "pivot={pivot}: the factors after {KILLS} kills differ from the run without kills");
+        assert!(outs[0] == outs[1], "pivot={pivot} {schedule}: the factors after {KILLS} kills differ from the run without kills");
+        // The dag runs the bags' tasks in another order: the same bits.
+        match (pivot, schedule, &nopiv_bags) {
+            (false, "bags", _) => nopiv_bags = Some(outs[0].clone()),
+            (false, "dag", Some(bags)) => assert!(outs[0] == *bags, "the dag schedule's factors differ from the bags'"),
+            _ => {}
+        }
         if pivot {
             assert_eq!(pivs[0], pivs[1], "the interchanges differ after kills");
         }

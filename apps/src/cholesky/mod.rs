@@ -267,16 +267,7 @@ pub(crate) fn run(
 /// those that reach zero, all in the committing task's action.
 fn release_successors(job: uuid::Uuid, p: u32, r: u32, c: u32, ctx: &mut dyn TaskCtx) -> Result<(), TaskError> {
     for (i, j) in successors(p, r, c) {
-        let key = counter_key(job, i, j);
-        let raw = ctx.read_small_for_update(&key)?.ok_or_else(|| TaskError::BadSmall { key: key.clone(), reason: "missing".into() })?;
-        let n = <[u8; 4]>::try_from(raw.as_slice())
-            .map(u32::from_le_bytes)
-            .map_err(|_| TaskError::BadSmall { key: key.clone(), reason: format!("{} bytes, want 4", raw.len()) })?;
-        let left = n.checked_sub(1).ok_or_else(|| TaskError::BadSmall { key: key.clone(), reason: "already zero".into() })?;
-        ctx.write_small(&key, &left.to_le_bytes())?;
-        if left == 0 {
-            ctx.enqueue(&dag_bag(job), &enc(CholTask::Block { i, j }))?;
-        }
+        job::release_dependency(ctx, &counter_key(job, i, j), &dag_bag(job), &enc(CholTask::Block { i, j }))?;
     }
     Ok(())
 }

@@ -11,6 +11,14 @@
 //!    (The source did the `L` solves inside the serial factor task; moving
 //!    them here is the improvement it suggests.)
 //!
+//! With the `dag` schedule the same tasks run from one bag without
+//! barriers: each task has a dependency counter (the number of its inputs
+//! other tasks write, [`n_deps`]); a committing task decrements the
+//! counters of the tasks that read its block ([`successors`]) and enqueues
+//! those that reach zero, in its own action, as the Cholesky `dag` variant
+//! does. The blocks and every task's arithmetic are those of the bags, so
+//! the result is bit-identical.
+//!
 //! **With partial pivoting** (the source analysed it, never built it): a
 //! copy bag first (A into the output), then per block column `k`: multiply
 //! (as above, on the row-swapped copy), panel (dgetrf of the whole block
@@ -20,14 +28,14 @@
 
 use crate::block::{Block, MatrixMeta};
 use crate::ctx::TaskCtx;
-use crate::job::{self, OutputShape, Plan, PlanError, PlannedBag, TaskError, TaskOutcome};
+use crate::job::{self, LuSchedule, OutputShape, Plan, PlanError, PlannedBag, TaskError, TaskOutcome};
 use crate::kernels;
 use crate::verify::{BlockSource, VerifyError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Task descriptor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "kebab-case")]
 pub enum LuTask {
     /// Pivoting: copy `A(i,j)` into the output.
@@ -84,6 +92,63 @@ pub fn pivots_key(job: uuid::Uuid, k: u32) -> String {
     format!("{job}/lu/piv/{k}")
 }
 
+/// Key of task `t`'s dependency counter (dag): a little-endian u32.
+pub fn counter_key(job: uuid::Uuid, t: LuTask) -> String {
+    match t {
+        LuTask::Mult { i, k } => format!("{job}/lu/deps/mult/{i}/{k}"),
+        LuTask::Factor { k } => format!("{job}/lu/deps/factor/{k}"),
+        LuTask::SolveL { i, k } => format!("{job}/lu/deps/solve-l/{i}/{k}"),
+        LuTask::SolveU { k, j } => format!("{job}/lu/deps/solve-u/{k}/{j}"),
+        LuTask::Copy { i, j } => format!("{job}/lu/deps/copy/{i}/{j}"),
+        LuTask::Panel { k } => format!("{job}/lu/deps/panel/{k}"),
+        LuTask::Swap { k, j } => format!("{job}/lu/deps/swap/{k}/{j}"),
+    }
+}
+
+/// Number of a task's inputs that other tasks write (without pivoting):
+/// `L(i,m)` and `U(m,k)` for `m < k` of a multiply; the multiplied diagonal
+/// block of a factor; the multiplied block and the factored diagonal of an
+/// `L` solve; `L(k,m)`, `U(m,j)` for `m < k` and the factored diagonal of a
+/// `U` solve.
+pub fn n_deps(t: LuTask) -> u32 {
+    match t {
+        LuTask::Mult { k, .. } => 2 * k,
+        LuTask::Factor { .. } => 1,
+        LuTask::SolveL { .. } => 2,
+        LuTask::SolveU { k, .. } => 2 * k + 1,
+        LuTask::Copy { .. } | LuTask::Panel { .. } | LuTask::Swap { .. } => 0,
+    }
+}
+
+/// The tasks (without pivoting) that read the block task `t` writes, sorted
+/// so that concurrent releasers lock the counters in one order.
+pub fn successors(p: u32, t: LuTask) -> Vec<LuTask> {
+    let mut s = match t {
+        LuTask::Mult { i, k } if i == k => vec![LuTask::Factor { k }],
+        LuTask::Mult { i, k } => vec![LuTask::SolveL { i, k }],
+        LuTask::Factor { k } => {
+            (k + 1..p).map(|i| LuTask::SolveL { i, k }).chain((k + 1..p).map(|j| LuTask::SolveU { k, j })).collect()
+        }
+        // L(i,k) is L(i,m) of the multiplies (i, j), k < j ≤ i, and L(k,m)
+        // of the U solves (i, j), j > i.
+        LuTask::SolveL { i, k } => {
+            (k + 1..=i).map(|j| LuTask::Mult { i, k: j }).chain((i + 1..p).map(|j| LuTask::SolveU { k: i, j })).collect()
+        }
+        // U(k,j) is U(m,k) of the multiplies (i, j), i ≥ j, and U(m,j) of
+        // the U solves (m, j), k < m < j.
+        LuTask::SolveU { k, j } => {
+            (j..p).map(|i| LuTask::Mult { i, k: j }).chain((k + 1..j).map(|m| LuTask::SolveU { k: m, j })).collect()
+        }
+        LuTask::Copy { .. } | LuTask::Panel { .. } | LuTask::Swap { .. } => Vec::new(),
+    };
+    s.sort_unstable();
+    s
+}
+
+fn dag_bag(job: uuid::Uuid) -> String {
+    job::bag_name(job, "lu/dag")
+}
+
 pub(crate) fn check(a: &MatrixMeta, lu: &MatrixMeta) -> Result<(), PlanError> {
     job::check_square(a)?;
     job::check_output(lu, OutputShape { n_rows: a.n_rows, n_cols: a.n_cols, block: a.block })?;
@@ -93,10 +158,33 @@ pub(crate) fn check(a: &MatrixMeta, lu: &MatrixMeta) -> Result<(), PlanError> {
     Ok(())
 }
 
-pub(crate) fn plan(job: uuid::Uuid, a: &MatrixMeta, lu: &MatrixMeta, pivot: bool) -> Result<Plan, PlanError> {
+pub(crate) fn plan(job: uuid::Uuid, a: &MatrixMeta, lu: &MatrixMeta, pivot: bool, schedule: LuSchedule) -> Result<Plan, PlanError> {
     check(a, lu)?;
     let p = a.block_rows();
     let mut plan = Plan::default();
+    if schedule == LuSchedule::Dag {
+        if pivot {
+            return Err(PlanError::Unsupported {
+                reason: "the dag schedule is for LU without pivoting (a panel's interchanges touch every block column)".into(),
+            });
+        }
+        // Bag order: the order the bags would run them, so the FIFO bag
+        // starts with column 0's multiplies and works left to right.
+        let tasks: Vec<LuTask> = (0..p)
+            .flat_map(|k| {
+                let mult = (k..p).map(move |i| LuTask::Mult { i, k });
+                let factor = std::iter::once(LuTask::Factor { k });
+                let solve_l = (k + 1..p).map(move |i| LuTask::SolveL { i, k });
+                let solve_u = (k + 1..p).map(move |j| LuTask::SolveU { k, j });
+                mult.chain(factor).chain(solve_l).chain(solve_u)
+            })
+            .collect();
+        let ready = tasks.iter().filter(|t| n_deps(**t) == 0).map(job::encode_task).collect();
+        plan.bags.push(PlannedBag { name: dag_bag(job), tasks: ready });
+        plan.initial_small =
+            tasks.iter().filter(|t| n_deps(**t) > 0).map(|t| (counter_key(job, *t), n_deps(*t).to_le_bytes().to_vec())).collect();
+        return Ok(plan);
+    }
     let mut bag = |name: String, tasks: Vec<LuTask>| {
         if !tasks.is_empty() {
             plan.bags.push(PlannedBag { name: job::bag_name(job, &name), tasks: tasks.iter().map(job::encode_task).collect() });
@@ -128,12 +216,17 @@ pub(crate) fn run(
     a: &MatrixMeta,
     lu: &MatrixMeta,
     pivot: bool,
+    schedule: LuSchedule,
     task: &[u8],
     ctx: &mut dyn TaskCtx,
 ) -> Result<TaskOutcome, TaskError> {
     let t: LuTask = job::decode_task(task)?;
     let p = a.block_rows();
-    let bad = || TaskError::BadTask { reason: format!("LU task {t:?} (p={p}, pivot={pivot})") };
+    let bad = || TaskError::BadTask { reason: format!("LU task {t:?} (p={p}, pivot={pivot}, {schedule:?})") };
+    let dag = schedule == LuSchedule::Dag;
+    if dag && (pivot || matches!(t, LuTask::Copy { .. } | LuTask::Panel { .. } | LuTask::Swap { .. })) {
+        return Err(bad());
+    }
     // With pivoting the output holds the row-swapped copy of A, so the
     // multiply and solve steps start from it instead of A.
     let src = if pivot { lu } else { a };
@@ -150,6 +243,7 @@ pub(crate) fn run(
             if i >= p || k > i {
                 return Err(bad());
             }
+            announce(ctx, src, pivot, lu, i, k, k, &[])?;
             let mut x = read_src(ctx, src, pivot, i, k)?;
             flops += update(ctx, lu, i, k, k, &mut x)?;
             ctx.write_block(lu.block_id(i, k), &x)?;
@@ -177,6 +271,7 @@ pub(crate) fn run(
             if j >= p || k >= j {
                 return Err(bad());
             }
+            announce(ctx, src, pivot, lu, k, j, k, &[lu.block_id(k, k)])?;
             let mut x = read_src(ctx, src, pivot, k, j)?;
             flops += update(ctx, lu, k, j, k, &mut x)?;
             let d = job::read_checked(ctx, lu, k, k)?;
@@ -197,6 +292,11 @@ pub(crate) fn run(
             swap(job, lu, k, j, ctx)?;
         }
     }
+    if dag {
+        for s in successors(p, t) {
+            job::release_dependency(ctx, &counter_key(job, s), &dag_bag(job), &job::encode_task(&s))?;
+        }
+    }
     Ok(TaskOutcome { flops })
 }
 
@@ -208,6 +308,35 @@ fn read_src(ctx: &mut dyn TaskCtx, src: &MatrixMeta, pivot: bool, i: u32, j: u32
     } else {
         job::read_checked(ctx, src, i, j)
     }
+}
+
+/// Announces the blocks a multiply or `U` solve reads, in its order: the
+/// starting block (when it is a plain read of A), the pairs of [`update`],
+/// then `tail`. All are committed before the task runs (the barriers, or
+/// the dag's counters, guarantee it), so the slave may stream them while
+/// the task computes.
+#[allow(clippy::too_many_arguments)]
+fn announce(
+    ctx: &mut dyn TaskCtx,
+    src: &MatrixMeta,
+    pivot: bool,
+    lu: &MatrixMeta,
+    i: u32,
+    j: u32,
+    upto: u32,
+    tail: &[crate::block::BlockId],
+) -> Result<(), TaskError> {
+    let mut ids = Vec::with_capacity(2 * upto as usize + 1 + tail.len());
+    if !pivot {
+        ids.push(src.block_id(i, j));
+    }
+    for m in 0..upto {
+        ids.push(lu.block_id(i, m));
+        ids.push(lu.block_id(m, j));
+    }
+    ids.extend_from_slice(tail);
+    ctx.prefetch(&ids)?;
+    Ok(())
 }
 
 /// `x -= Σ_{m<upto} LU(i,m)·LU(m,j)`; returns the flops.

@@ -1,6 +1,6 @@
 use super::*;
 use crate::generate::MatrixKind;
-use crate::job::{plan, JobSpec};
+use crate::job::{plan, JobSpec, LuSchedule};
 use crate::mem::{run_plan, MemStore, RunError};
 use crate::verify::lu_residual;
 
@@ -9,7 +9,7 @@ fn run(n: u64, b: u32, seed: u64, pivot: bool, kind: MatrixKind) -> (MemStore, J
     let lu = MatrixMeta::new("LU", n, n, b);
     let mut store = MemStore::new();
     store.generate(&a, kind, seed);
-    let spec = JobSpec::Lu { job: uuid::Uuid::new_v4(), a: a.clone(), lu: lu.clone(), pivot };
+    let spec = JobSpec::Lu { job: uuid::Uuid::new_v4(), a: a.clone(), lu: lu.clone(), pivot, schedule: LuSchedule::Bags };
     (store, spec, a, lu)
 }
 
@@ -91,7 +91,7 @@ fn singular_names_the_block() {
 fn shapes_and_descriptors() {
     let a = MatrixMeta::new("A", 10, 12, 4);
     let lu = MatrixMeta::new("LU", 10, 12, 4);
-    let spec = JobSpec::Lu { job: uuid::Uuid::new_v4(), a, lu, pivot: false };
+    let spec = JobSpec::Lu { job: uuid::Uuid::new_v4(), a, lu, pivot: false, schedule: LuSchedule::Bags };
     assert!(matches!(plan(&spec), Err(PlanError::NotSquare { .. })));
     let (store, spec, ..) = run(20, 8, 1, false, MatrixKind::DiagDominant);
     let mut ctx = crate::mem::MemCtx::new(&store, spec.job());
@@ -100,3 +100,79 @@ fn shapes_and_descriptors() {
         assert!(matches!(r, Err(TaskError::BadTask { .. })), "{t:?}");
     }
 }
+
+fn lu_spec(a: &MatrixMeta, lu: &MatrixMeta, pivot: bool, schedule: LuSchedule) -> JobSpec {
+    JobSpec::Lu { job: uuid::Uuid::new_v4(), a: a.clone(), lu: lu.clone(), pivot, schedule }
+}
+
+#[test]
+fn dag_schedule_is_bit_identical_to_the_bags() {
+    for n in [255u64, 256, 257, 64, 40] {
+        let (mut bags, spec, a, lu) = run(n, 64, n + 7, false, MatrixKind::DiagDominant);
+        let mut dag = bags.clone();
+        run_plan(&mut bags, &spec, &plan(&spec).unwrap()).unwrap();
+        let dspec = lu_spec(&a, &lu, false, LuSchedule::Dag);
+        let dplan = plan(&dspec).unwrap();
+        assert_eq!(dplan.bags.len(), 1);
+        let report = run_plan(&mut dag, &dspec, &dplan).unwrap();
+        // Every task of the bags ran once, from the one bag.
+        let p = a.block_rows() as usize;
+        let bag_tasks: usize = plan(&spec).unwrap().bags.iter().map(|b| b.tasks.len()).sum();
+        assert_eq!(report.tasks.len(), bag_tasks, "n={n} p={p}");
+        assert_eq!(dag.to_dense(&lu).unwrap(), bags.to_dense(&lu).unwrap(), "n={n}: dag and bags differ");
+        let res = lu_residual(&mut dag, &a, &lu, None).unwrap();
+        assert!(res <= 1e-13 * n as f64, "n={n}: {res}");
+        // Multiplies and U solves announced every block they read, in order.
+        let tot = report.tasks.iter().fold((0, 0), |acc, t| (acc.0 + t.stats.prefetched, acc.1 + t.stats.prefetch_misses));
+        assert!(tot.0 > 0 || p == 1, "n={n}: nothing announced");
+        assert_eq!(tot.1, 0, "n={n}: reads out of the announced order");
+    }
+}
+
+#[test]
+fn dag_counters_match_the_producers() {
+    for p in 1u32..9 {
+        let n = u64::from(p) * 8;
+        let a = MatrixMeta::new("A", n, n, 8);
+        let lu = MatrixMeta::new("LU", n, n, 8);
+        let spec = lu_spec(&a, &lu, false, LuSchedule::Dag);
+        let pl = plan(&spec).unwrap();
+        let all: Vec<LuTask> = (0..p)
+            .flat_map(|k| {
+                (k..p)
+                    .map(move |i| LuTask::Mult { i, k })
+                    .chain([LuTask::Factor { k }])
+                    .chain((k + 1..p).map(move |i| LuTask::SolveL { i, k }))
+                    .chain((k + 1..p).map(move |j| LuTask::SolveU { k, j }))
+            })
+            .collect();
+        let mut count = std::collections::HashMap::new();
+        for t in &all {
+            for s in successors(p, *t) {
+                assert!(all.contains(&s), "p={p}: {t:?} releases {s:?}, not a task");
+                *count.entry(s).or_insert(0u32) += 1;
+            }
+        }
+        for t in &all {
+            assert_eq!(count.get(t).copied().unwrap_or(0), n_deps(*t), "p={p}: {t:?}");
+        }
+        // The bag starts with exactly the tasks no other task feeds; every
+        // other task has its counter.
+        let ready: Vec<LuTask> = pl.bags[0].tasks.iter().map(|t| serde_json::from_slice(t).unwrap()).collect();
+        assert_eq!(ready, all.iter().copied().filter(|t| n_deps(*t) == 0).collect::<Vec<_>>());
+        assert_eq!(pl.initial_small.len(), all.len() - ready.len());
+    }
+}
+
+#[test]
+fn dag_refuses_pivoting_and_foreign_tasks() {
+    let a = MatrixMeta::new("A", 64, 64, 16);
+    let lu = MatrixMeta::new("LU", 64, 64, 16);
+    assert!(matches!(plan(&lu_spec(&a, &lu, true, LuSchedule::Dag)), Err(PlanError::Unsupported { .. })));
+    let (store, _, a, lu) = run(64, 16, 1, false, MatrixKind::DiagDominant);
+    let spec = lu_spec(&a, &lu, false, LuSchedule::Dag);
+    let mut ctx = crate::mem::MemCtx::new(&store, spec.job());
+    let r = crate::job::run_task(&spec, &job::encode_task(&LuTask::Panel { k: 0 }), 0, &mut ctx);
+    assert!(matches!(r, Err(TaskError::BadTask { .. })));
+}
+
