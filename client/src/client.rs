@@ -345,6 +345,21 @@ impl BlockReader {
     }
 }
 
+/// Writes blocks inside an action; see [`Action::block_writer`].
+#[derive(Clone)]
+pub struct BlockWriter {
+    rpc: Rpc,
+    plane: Option<Arc<DataPlane>>,
+    action: u64,
+}
+
+impl BlockWriter {
+    /// Writes a block under an overwrite lock of the action.
+    pub async fn put_block(&self, matrix: Uuid, i: u32, j: u32, block: BlockData) -> Result<()> {
+        put_block(&self.rpc, &self.plane, self.action, matrix, i, j, block).await
+    }
+}
+
 /// A running action. Every call names it; once it is aborted on the node
 /// (orphaned, say) every call fails with `ActionAborted`.
 pub struct Action {
@@ -415,32 +430,15 @@ impl Action {
     /// Writes a block under an overwrite lock; visible at top-level commit.
     /// Takes the values by value so they are streamed without a copy.
     pub async fn put_block(&self, matrix: Uuid, i: u32, j: u32, block: BlockData) -> Result<()> {
-        if let Some(plane) = &self.plane {
-            return plane.put(self.id, matrix, i, j, &block).await;
-        }
-        let bytes = Bytes::from_owner(F64Bytes(block.data));
-        let header = proto::BlockHeader {
-            action: self.id,
-            matrix: matrix.as_bytes().to_vec().into(),
-            i,
-            j,
-            rows: block.rows as u32,
-            cols: block.cols as u32,
-            crc32c: block::checksum(&bytes),
-        };
-        let mut chunks = Vec::with_capacity(bytes.len() / CHUNK_BYTES + 1);
-        let mut off = 0;
-        loop {
-            let end = (off + CHUNK_BYTES).min(bytes.len());
-            let header = if off == 0 { Some(header.clone()) } else { None };
-            chunks.push(proto::BlockChunk { header, data: bytes.slice(off..end) });
-            off = end;
-            if off >= bytes.len() {
-                break;
-            }
-        }
-        self.rpc.clone().put_block(tokio_stream::iter(chunks)).await?;
-        Ok(())
+        put_block(&self.rpc, &self.plane, self.id, matrix, i, j, block).await
+    }
+
+    /// A handle that writes blocks under overwrite locks of this action from
+    /// other tasks, so a slave can go on while a block travels and the node
+    /// syncs it. Writes through it after the action ended fail with
+    /// `ActionAborted`; the action's commit must wait for them.
+    pub fn block_writer(&self) -> BlockWriter {
+        BlockWriter { rpc: self.rpc.clone(), plane: self.plane.clone(), action: self.id }
     }
 
     /// Dequeues from `bag`; with a non-zero `wait`, blocks on the node up to
@@ -512,6 +510,37 @@ async fn connect_data_plane(rpc: &Rpc, addr: &str, token: Option<&str>, local: b
         .next()
         .ok_or_else(|| unreachable(std::io::Error::other("no address")))?;
     Ok(Some(Arc::new(DataPlane::connect(Target::Tcp(plane_addr), token).await?)))
+}
+
+/// Writes a block under an overwrite lock of `action`: over the data plane
+/// when the node has one, else as a chunked gRPC stream.
+async fn put_block(rpc: &Rpc, plane: &Option<Arc<DataPlane>>, action: u64, matrix: Uuid, i: u32, j: u32, block: BlockData) -> Result<()> {
+    if let Some(plane) = plane {
+        return plane.put(action, matrix, i, j, &block).await;
+    }
+    let bytes = Bytes::from_owner(F64Bytes(block.data));
+    let header = proto::BlockHeader {
+        action,
+        matrix: matrix.as_bytes().to_vec().into(),
+        i,
+        j,
+        rows: block.rows as u32,
+        cols: block.cols as u32,
+        crc32c: block::checksum(&bytes),
+    };
+    let mut chunks = Vec::with_capacity(bytes.len() / CHUNK_BYTES + 1);
+    let mut off = 0;
+    loop {
+        let end = (off + CHUNK_BYTES).min(bytes.len());
+        let header = if off == 0 { Some(header.clone()) } else { None };
+        chunks.push(proto::BlockChunk { header, data: bytes.slice(off..end) });
+        off = end;
+        if off >= bytes.len() {
+            break;
+        }
+    }
+    rpc.clone().put_block(tokio_stream::iter(chunks)).await?;
+    Ok(())
 }
 
 async fn get_block(

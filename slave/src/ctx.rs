@@ -3,6 +3,8 @@
 //! BLAS calls) and drives the async client with `Handle::block_on`.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use apps::block::{Block, BlockId};
@@ -25,6 +27,60 @@ pub(crate) struct StoreCtx<'a> {
     pub(crate) action: &'a Action,
     pub(crate) job: Uuid,
     pub(crate) prefetch: Prefetch,
+    pub(crate) writes: Writes,
+}
+
+/// Block puts that run on the runtime while the task goes on (write-behind):
+/// the block travels and the node syncs its file while the slave computes
+/// the rest of the task, or the next task. The action must not commit
+/// before every one of them succeeded ([`Writes::finish`]).
+pub(crate) struct Writes {
+    running: Vec<(BlockId, JoinHandle<Result<(), StoreError>>)>,
+    /// Blocks whose put has not finished, this task's and the previous
+    /// task's (shared by the slave's tasks): they count against the
+    /// prefetch budget, so a slave never holds more blocks than without
+    /// write-behind.
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl Writes {
+    pub(crate) fn new(in_flight: Arc<AtomicUsize>) -> Self {
+        Writes { running: Vec::new(), in_flight }
+    }
+
+    /// Waits for every put; the first failure is returned (the action must
+    /// then abort: some block of the task is not in the store).
+    pub(crate) async fn finish(self) -> Result<(), StoreError> {
+        let mut first = Ok(());
+        for (_, h) in self.running {
+            let r = h.await.unwrap_or_else(|e| Err(StoreError::StoreUnavailable { what: format!("block put task failed: {e}") }));
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+
+    /// Waits for the put of `id`, if one runs: read-your-own-writes, and
+    /// two puts of one block must reach the node in order.
+    fn settle(&mut self, rt: &Handle, id: BlockId) -> Result<(), CtxError> {
+        while let Some(pos) = self.running.iter().position(|(w, _)| *w == id) {
+            let (_, h) = self.running.remove(pos);
+            rt.block_on(h)
+                .map_err(|e| ctx_error(StoreError::StoreUnavailable { what: format!("block put task failed: {e}") }))?
+                .map_err(ctx_error)?;
+        }
+        Ok(())
+    }
+}
+
+/// Decrements the in-flight count when a put ends, however it ends.
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The task's announced reads ([`TaskCtx::prefetch`]): those not yet
@@ -48,7 +104,7 @@ impl Drop for Prefetch {
 
 impl StoreCtx<'_> {
     fn top_up(&mut self) {
-        while self.prefetch.running.len() < PREFETCH_BLOCKS {
+        while self.prefetch.running.len() + self.writes.in_flight.load(Ordering::SeqCst) < PREFETCH_BLOCKS {
             let Some(id) = self.prefetch.queued.pop_front() else {
                 break;
             };
@@ -75,8 +131,10 @@ impl TaskCtx for StoreCtx<'_> {
     }
 
     fn read_block(&mut self, id: BlockId) -> Result<Block, CtxError> {
+        self.writes.settle(&self.rt, id)?;
         // A block read out of the announced order (or never announced) is
         // fetched directly; the announced ones keep streaming.
+        self.top_up();
         let b = if let Some(pos) = self.prefetch.running.iter().position(|(r, _)| *r == id) {
             let (_, h) = self.prefetch.running.remove(pos).expect("position is in range");
             self.top_up();
@@ -100,13 +158,23 @@ impl TaskCtx for StoreCtx<'_> {
     }
 
     fn read_block_for_update(&mut self, id: BlockId) -> Result<Block, CtxError> {
+        self.writes.settle(&self.rt, id)?;
         let b = self.rt.block_on(self.action.get_block_for_update(id.matrix.0, id.i, id.j)).map_err(ctx_error)?;
         Ok(Block { rows: b.rows, cols: b.cols, data: b.data })
     }
 
     fn write_block(&mut self, id: BlockId, block: &Block) -> Result<(), CtxError> {
+        self.writes.settle(&self.rt, id)?;
         let data = BlockData { rows: block.rows, cols: block.cols, data: block.data.clone() };
-        self.rt.block_on(self.action.put_block(id.matrix.0, id.i, id.j, data)).map_err(ctx_error)
+        let writer = self.action.block_writer();
+        self.writes.in_flight.fetch_add(1, Ordering::SeqCst);
+        let guard = InFlight(self.writes.in_flight.clone());
+        let h = self.rt.spawn(async move {
+            let _guard = guard;
+            writer.put_block(id.matrix.0, id.i, id.j, data).await
+        });
+        self.writes.running.push((id, h));
+        Ok(())
     }
 
     fn read_small(&mut self, key: &str) -> Result<Option<Vec<u8>>, CtxError> {

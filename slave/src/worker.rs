@@ -1,13 +1,15 @@
 //! The slave loop (DESIGN §6, `003…` Fig. 2.3), with reconnection: a slave
 //! outlives store-node restarts.
 
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use apps::job::{run_task, ErrorClass};
 use store_client::{Action, Client, Dequeue, Session, StoreError, Task};
 use uuid::Uuid;
 
-use crate::ctx::StoreCtx;
+use crate::ctx::{StoreCtx, Writes};
 use crate::record::{self, Failure, JobRecord, TaskDone};
 
 /// How a slave runs.
@@ -56,6 +58,11 @@ struct Slave {
     config: SlaveConfig,
     client: Client,
     session: Session,
+    /// The previous task's ending (its block puts, record, commit), still
+    /// running while this slave starts the next task. At most one.
+    finishing: Option<tokio::task::JoinHandle<Result<(), StoreError>>>,
+    /// Block puts not yet finished, over both tasks (see `ctx::Writes`).
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl Slave {
@@ -63,7 +70,7 @@ impl Slave {
         let client = Client::connect_retrying(&config.store, config.token.as_deref(), None).await?;
         let session = client.open_session(&config.name).await?;
         tracing::info!(session = session.id(), "slave {} connected to {}", config.name, config.store);
-        Ok(Slave { config, client, session })
+        Ok(Slave { config, client, session, finishing: None, in_flight: Arc::new(AtomicUsize::new(0)) })
     }
 
     async fn reconnect(&mut self) -> Result<(), StoreError> {
@@ -95,7 +102,14 @@ impl Slave {
                     return Ok(Idle::Wait);
                 }
                 let action = self.session.begin().await?;
-                match action.dequeue(bag, self.config.dequeue_wait).await {
+                let mut next = action.dequeue(bag, Duration::ZERO).await;
+                if matches!(next, Ok(Dequeue::NoneAvailable)) {
+                    // The element held may be our own previous task's, still
+                    // committing: let it end before waiting on the node.
+                    self.settle().await?;
+                    next = action.dequeue(bag, self.config.dequeue_wait).await;
+                }
+                match next {
                     Ok(Dequeue::Empty) => {
                         action.abort().await?;
                         break;
@@ -109,8 +123,16 @@ impl Slave {
                 }
             }
         }
+        self.settle().await?;
         self.mark_finished(id).await?;
         Ok(Idle::Again)
+    }
+
+    /// Waits for the previous task's ending. A commit refused because the
+    /// action was aborted (fencing) is not an error: the task is redone.
+    async fn settle(&mut self) -> Result<(), StoreError> {
+        let Some(h) = self.finishing.take() else { return Ok(()) };
+        h.await.map_err(|e| StoreError::StoreUnavailable { what: format!("task commit failed: {e}") })?
     }
 
     async fn next_job(&self) -> Result<Option<JobRecord>, StoreError> {
@@ -136,53 +158,52 @@ impl Slave {
 
     /// One task in one top-level action: compute on a blocking thread (the
     /// session's heartbeats go on meanwhile), record it done, commit.
-    async fn run_one(&self, job: &JobRecord, bag_index: usize, action: Action, task: Task) -> Result<(), StoreError> {
+    /// Runs one task; on success its ending (block puts, record, commit)
+    /// goes on in the background while the caller dequeues the next task.
+    async fn run_one(&mut self, job: &JobRecord, bag_index: usize, action: Action, task: Task) -> Result<(), StoreError> {
         let started = Instant::now();
         let rt = tokio::runtime::Handle::current();
         let (client, spec) = (self.client.clone(), job.spec.clone());
-        let (outcome, action, task) = tokio::task::spawn_blocking(move || {
-            let mut ctx = StoreCtx { rt, client: &client, action: &action, job: spec.job(), prefetch: Default::default() };
+        let writes = Writes::new(self.in_flight.clone());
+        let (outcome, action, task, writes) = tokio::task::spawn_blocking(move || {
+            let mut ctx = StoreCtx { rt, client: &client, action: &action, job: spec.job(), prefetch: Default::default(), writes };
             let tries = task.attempts + task.returns;
             let outcome = run_task(&spec, &task.payload, tries, &mut ctx);
             // Ends any prefetch the task announced but never read, before
             // the action commits or aborts.
-            drop(ctx);
-            (outcome, action, task)
+            let StoreCtx { writes, .. } = ctx;
+            (outcome, action, task, writes)
         })
         .await
         .map_err(|e| StoreError::StoreUnavailable { what: format!("task thread failed: {e}") })?;
         let id = job.id();
         match outcome {
             Ok(outcome) => {
-                let key = record::done_key(id, bag_index, task.seq);
-                let before = action.read_small(&key, true).await?;
-                let count = before.and_then(|v| serde_json::from_slice::<TaskDone>(&v).ok()).map_or(0, |d| d.count);
                 let done = TaskDone {
-                    count: count + 1,
+                    count: 0,
                     flops: outcome.flops,
                     slave: self.config.name.clone(),
                     attempts: task.attempts,
-                    finished_ms: record::now_ms(),
+                    finished_ms: 0,
                     compute_ms: started.elapsed().as_millis() as u64,
                 };
-                action.write_small(&key, &serde_json::to_vec(&done).expect("plain struct")).await?;
-                match action.commit().await {
-                    Ok(()) => Ok(()),
-                    Err(e @ StoreError::ActionAborted { .. }) => {
-                        tracing::warn!("task {} of {} not committed: {e}", task.seq, task.bag);
-                        Ok(())
-                    }
-                    Err(e) => Err(e),
-                }
+                let key = record::done_key(id, bag_index, task.seq);
+                // One ending at a time: the slave holds at most one task's
+                // unfinished writes besides the running task's.
+                self.settle().await?;
+                self.finishing = Some(tokio::spawn(finish_task(self.session.clone(), id, action, writes, key, done, task)));
+                Ok(())
             }
             Err(e) => match e.class() {
                 ErrorClass::Retry | ErrorClass::Requeue => {
                     tracing::info!("task {} of {} goes back to the bag: {e}", task.seq, task.bag);
+                    let _ = writes.finish().await;
                     let _ = action.abort().await;
                     Ok(())
                 }
                 ErrorClass::JobFatal => {
                     tracing::error!("job {id} fails: {e}");
+                    let _ = writes.finish().await;
                     let failure = Failure {
                         reason: e.to_string(),
                         bag: task.bag.clone(),
@@ -191,11 +212,7 @@ impl Slave {
                         at_ms: record::now_ms(),
                     };
                     action.abort().await?;
-                    // Recorded in an action of its own, so no partial output
-                    // of the failed task is ever committed.
-                    let a = self.session.begin().await?;
-                    a.write_small(&record::failed_key(id), &serde_json::to_vec(&failure).expect("plain struct")).await?;
-                    a.commit().await
+                    record_failure(&self.session, id, &failure).await
                 }
             },
         }
@@ -210,4 +227,57 @@ impl Slave {
         }
         a.commit().await
     }
+}
+
+/// The end of a task that computed: waits for its block puts, records it
+/// done (counting earlier commits of the same task, which must not exist),
+/// commits. A put that failed aborts the action: the task goes back to the
+/// bag whole, as if the slave had died.
+async fn finish_task(
+    session: Session,
+    job: Uuid,
+    action: Action,
+    writes: Writes,
+    key: String,
+    mut done: TaskDone,
+    task: Task,
+) -> Result<(), StoreError> {
+    if let Err(e) = writes.finish().await {
+        let _ = action.abort().await;
+        if e.is_retryable() || matches!(e, StoreError::ActionAborted { .. }) {
+            tracing::info!("task {} of {} goes back to the bag: a block put failed: {e}", task.seq, task.bag);
+            return Ok(());
+        }
+        // What the task would have met writing in the foreground (a full
+        // disk, a refused block): the job fails, saying why.
+        tracing::error!("job {job} fails: block put: {e}");
+        let failure = Failure {
+            reason: format!("block put: {e}"),
+            bag: task.bag.clone(),
+            task: String::from_utf8_lossy(&task.payload).into_owned(),
+            slave: done.slave.clone(),
+            at_ms: record::now_ms(),
+        };
+        return record_failure(&session, job, &failure).await;
+    }
+    let before = action.read_small(&key, true).await?;
+    done.count = before.and_then(|v| serde_json::from_slice::<TaskDone>(&v).ok()).map_or(0, |d| d.count) + 1;
+    done.finished_ms = record::now_ms();
+    action.write_small(&key, &serde_json::to_vec(&done).expect("plain struct")).await?;
+    match action.commit().await {
+        Ok(()) => Ok(()),
+        Err(e @ StoreError::ActionAborted { .. }) => {
+            tracing::warn!("task {} of {} not committed: {e}", task.seq, task.bag);
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Records a job's failure in an action of its own, so no partial output of
+/// the failed task is ever committed.
+async fn record_failure(session: &Session, job: Uuid, failure: &Failure) -> Result<(), StoreError> {
+    let a = session.begin().await?;
+    a.write_small(&record::failed_key(job), &serde_json::to_vec(failure).expect("plain struct")).await?;
+    a.commit().await
 }
