@@ -30,7 +30,7 @@ where
         while let Some(d) = subtree.pop() {
             let Some(a) = m.actions.get(&d) else { continue };
             subtree.extend(a.children.iter().copied());
-            if let Some((key, mode)) = &a.waiting_on {
+            for (key, mode) in &a.waiting_on {
                 stack.extend(m.conflicting_holders(d, key, *mode));
             }
         }

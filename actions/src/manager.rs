@@ -88,7 +88,10 @@ pub(crate) struct ActionState<K, V> {
     pub(crate) children: HashSet<ActionId>,
     held: HashMap<K, LockMode>,
     tentative: BTreeMap<K, V>,
-    pub(crate) waiting_on: Option<(K, LockMode)>,
+    /// Keys this action waits for. Usually one; several when its client
+    /// sends requests concurrently (a slave's prefetches and writes beside
+    /// the task's own requests), each wait on its own key.
+    pub(crate) waiting_on: Vec<(K, LockMode)>,
     committing: bool,
 }
 
@@ -157,7 +160,7 @@ where
                 children: HashSet::new(),
                 held: HashMap::new(),
                 tentative: BTreeMap::new(),
-                waiting_on: None,
+                waiting_on: Vec::new(),
                 committing: false,
             },
         );
@@ -207,7 +210,7 @@ where
     }
 
     /// Holders of `key` that keep `action` from taking it in `mode`.
-    pub(crate) fn conflicting_holders(&self, action: ActionId, key: &K, mode: LockMode) -> Vec<ActionId> {
+    pub fn conflicting_holders(&self, action: ActionId, key: &K, mode: LockMode) -> Vec<ActionId> {
         let Some(entry) = self.locks.get(key) else { return Vec::new() };
         entry
             .holders
@@ -221,9 +224,12 @@ where
     /// (fails now with `Deadlock`) or leaves the action waiting.
     pub fn lock(&mut self, action: ActionId, key: K, mode: LockMode) -> Result<Lock, ActionError> {
         self.running(action)?;
+        // Only this request's own earlier wait ends here: a grant must not
+        // withdraw the action's concurrent wait on another key, or that
+        // waiter would miss its wake-up and sit out the lock timeout.
+        self.cancel_wait_on(action, &key);
         let blockers = self.conflicting_holders(action, &key, mode);
         if blockers.is_empty() {
-            self.cancel_wait(action);
             let entry = self.locks.entry(key.clone()).or_default();
             match entry.holders.iter_mut().find(|(h, _)| *h == action) {
                 Some((_, held)) => *held = held.join(mode),
@@ -235,25 +241,39 @@ where
             return Ok(Lock::Granted);
         }
         if deadlock::would_cycle(self, action, &blockers) {
-            self.cancel_wait(action);
             return Err(ActionError::Deadlock { action, key: format!("{key:?}") });
         }
-        self.cancel_wait(action);
         let entry = self.locks.entry(key.clone()).or_default();
         entry.waiters.push(action);
-        self.actions.get_mut(&action).expect("running").waiting_on = Some((key, mode));
+        self.actions.get_mut(&action).expect("running").waiting_on.push((key, mode));
         Ok(Lock::Wait)
     }
 
-    /// Stops waiting (a timeout, or the request was withdrawn).
+    /// Stops every wait of `action` (it aborts or commits).
     pub fn cancel_wait(&mut self, action: ActionId) {
         let Some(a) = self.actions.get_mut(&action) else { return };
-        if let Some((key, _)) = a.waiting_on.take() {
-            if let Some(entry) = self.locks.get_mut(&key) {
-                entry.waiters.retain(|&w| w != action);
-                if entry.holders.is_empty() && entry.waiters.is_empty() {
-                    self.locks.remove(&key);
-                }
+        let keys: Vec<K> = a.waiting_on.drain(..).map(|(k, _)| k).collect();
+        for key in keys {
+            self.drop_waiter(action, &key);
+        }
+    }
+
+    /// Stops `action`'s wait on `key` (a timeout, or the request was
+    /// withdrawn); its other waits go on.
+    pub fn cancel_wait_on(&mut self, action: ActionId, key: &K) {
+        let Some(a) = self.actions.get_mut(&action) else { return };
+        let before = a.waiting_on.len();
+        a.waiting_on.retain(|(k, _)| k != key);
+        if a.waiting_on.len() != before {
+            self.drop_waiter(action, key);
+        }
+    }
+
+    fn drop_waiter(&mut self, action: ActionId, key: &K) {
+        if let Some(entry) = self.locks.get_mut(key) {
+            entry.waiters.retain(|&w| w != action);
+            if entry.holders.is_empty() && entry.waiters.is_empty() {
+                self.locks.remove(key);
             }
         }
     }

@@ -109,3 +109,46 @@ fn a_committing_action_survives_its_session_abort() {
     assert_eq!(set.writes, vec![("x", 1)]);
     m.finish_commit(a);
 }
+
+/// A client may send an action's requests concurrently (a slave's prefetch
+/// beside the task's own reads). A lock granted to one of them must not
+/// withdraw the action's wait on another key: it used to, and the waiter
+/// then missed its wake-up and sat out the whole lock timeout (found as
+/// 10 s stalls of dag Cholesky on dependency counters).
+#[test]
+fn a_grant_on_one_key_keeps_the_wait_on_another() {
+    let mut m = M::new();
+    let a = m.begin(SessionId(1), None).unwrap();
+    let b = m.begin(SessionId(2), None).unwrap();
+    m.lock(a, "counter", LockMode::Write).unwrap();
+    assert_eq!(m.lock(b, "counter", LockMode::Write).unwrap(), Lock::Wait);
+    // b's other request, concurrent with the wait.
+    assert_eq!(m.lock(b, "block", LockMode::Read).unwrap(), Lock::Granted);
+    m.prepare_commit(a).unwrap();
+    assert_eq!(m.finish_commit(a), vec![b], "the waiter must still be woken");
+    assert_eq!(m.lock(b, "counter", LockMode::Write).unwrap(), Lock::Granted);
+}
+
+#[test]
+fn an_action_may_wait_on_two_keys_and_each_wait_ends_alone() {
+    let mut m = M::new();
+    let a = m.begin(SessionId(1), None).unwrap();
+    let b = m.begin(SessionId(2), None).unwrap();
+    m.lock(a, "x", LockMode::Write).unwrap();
+    m.lock(a, "y", LockMode::Write).unwrap();
+    assert_eq!(m.lock(b, "x", LockMode::Read).unwrap(), Lock::Wait);
+    assert_eq!(m.lock(b, "y", LockMode::Read).unwrap(), Lock::Wait);
+    // A timeout on x withdraws only that wait.
+    m.cancel_wait_on(b, &"x");
+    m.prepare_commit(a).unwrap();
+    assert_eq!(m.finish_commit(a), vec![b], "still waiting on y");
+    assert_eq!(m.lock(b, "y", LockMode::Read).unwrap(), Lock::Granted);
+    // Both waits count for deadlock detection: c holds z and waits on w held by b.
+    let c = m.begin(SessionId(3), None).unwrap();
+    m.lock(b, "w", LockMode::Write).unwrap();
+    m.lock(c, "z", LockMode::Write).unwrap();
+    m.lock(c, "v", LockMode::Write).unwrap();
+    assert_eq!(m.lock(b, "v", LockMode::Read).unwrap(), Lock::Wait);
+    assert_eq!(m.lock(b, "z", LockMode::Read).unwrap(), Lock::Wait);
+    assert!(matches!(m.lock(c, "w", LockMode::Read), Err(ActionError::Deadlock { .. })));
+}

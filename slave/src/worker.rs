@@ -162,6 +162,7 @@ impl Slave {
     /// goes on in the background while the caller dequeues the next task.
     async fn run_one(&mut self, job: &JobRecord, bag_index: usize, action: Action, task: Task) -> Result<(), StoreError> {
         let started = Instant::now();
+        tracing::debug!(action = action.id(), seq = task.seq, bag = %task.bag, "task starts");
         let rt = tokio::runtime::Handle::current();
         let (client, spec) = (self.client.clone(), job.spec.clone());
         let writes = Writes::new(self.in_flight.clone());

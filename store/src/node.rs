@@ -62,7 +62,7 @@ impl Core {
     fn wake(&mut self, ids: impl IntoIterator<Item = ActionId>) {
         for id in ids {
             if let Some(n) = self.waiters.get(&id) {
-                n.notify_one();
+                n.notify_waiters();
             }
         }
     }
@@ -291,20 +291,39 @@ impl Node {
     pub(crate) async fn acquire(&self, action: ActionId, key: &ObjKey, mode: LockMode) -> Result<(), StoreError> {
         let deadline = tokio::time::Instant::now() + self.config.lock_timeout;
         loop {
-            let notify = {
+            let mut woken = {
                 let mut core = self.core();
                 match core.actions.lock(action, key.clone(), mode).map_err(action_error)? {
                     Lock::Granted => return Ok(()),
-                    Lock::Wait => core.waiters.entry(action).or_default().clone(),
+                    Lock::Wait => {
+                        // Registered before the lock is released, so a wake
+                        // in between is not lost; every wait of the action
+                        // (it may wait on several keys at once) is woken and
+                        // asks again.
+                        let mut n: Pin<Box<tokio::sync::futures::OwnedNotified>> =
+                            Box::pin(core.waiters.entry(action).or_default().clone().notified_owned());
+                        n.as_mut().enable();
+                        n
+                    }
                 }
             };
-            // notify_one stores a permit, so a release between unlocking
-            // and awaiting is not lost.
-            if tokio::time::timeout_at(deadline, notify.notified()).await.is_err() {
+            if tokio::time::timeout_at(deadline, woken.as_mut()).await.is_err() {
                 let mut core = self.core();
-                core.actions.cancel_wait(action);
+                // Who held it, for the message: the lock timeout is where a
+                // stuck holder shows, and the waiter alone does not say which.
+                let holders: Vec<String> = core
+                    .actions
+                    .conflicting_holders(action, key, mode)
+                    .into_iter()
+                    .map(|h| match core.actions.session_of(h) {
+                        Some(s) => format!("{} (session {})", h.0, s.0),
+                        None => h.0.to_string(),
+                    })
+                    .collect();
+                core.actions.cancel_wait_on(action, key);
                 core.actions.check(action).map_err(action_error)?;
-                return Err(StoreError::LockTimeout { action: action.0, what: format!("{key:?}") });
+                tracing::warn!(action = action.0, ?key, ?holders, "lock wait timed out");
+                return Err(StoreError::LockTimeout { action: action.0, what: format!("{key:?}, held by action {}", holders.join(", ")) });
             }
         }
     }
