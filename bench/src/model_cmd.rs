@@ -50,6 +50,11 @@ pub(crate) struct Args {
     /// compute (section 5.5.2).
     #[arg(long)]
     overlap: bool,
+    /// With --overlap: the share of transfers hidden behind compute (1:
+    /// all, §5.5.2; 0.5: this implementation's slave, one block ahead of
+    /// updates that read block pairs).
+    #[arg(long, default_value_t = model::ONE_BLOCK_AHEAD_OF_PAIRS)]
+    overlap_share: f64,
     /// Store nodes.
     #[arg(long, default_value_t = 1)]
     store_nodes: u64,
@@ -213,6 +218,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         },
         server_double_buffer: args.double_buffer,
         slave_overlap: args.overlap,
+        slave_overlap_share: args.overlap_share,
         store_nodes: args.store_nodes,
         shared_cpu: args.cores.map(|cores| SharedCpu { cores, store_share: 1.0 }),
         use_bsp: args.bsp,

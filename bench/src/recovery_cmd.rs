@@ -62,6 +62,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let options = Options {
         shared_cpu: Some(SharedCpu { cores, store_share: 1.0 }),
         slave_overlap: true,
+        slave_overlap_share: model::ONE_BLOCK_AHEAD_OF_PAIRS,
+        pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
         ..Options::with_slaves(slaves)
     };
     let pr = predict(App::Matmul, n, b, &warm(&params), &options)?;

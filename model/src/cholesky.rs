@@ -247,6 +247,13 @@ pub fn volumes(n: u64, b: u64, variant: Variant) -> Volumes {
     }
 }
 
+/// Dependency releases of the dag variant over the whole job: each task
+/// decrements one counter per input another task wrote, `j` on the
+/// diagonal and `2j + 1` below it (`apps::cholesky::n_deps`).
+pub fn dag_releases(p: u64) -> u64 {
+    (0..p).map(|j| j + (p - j - 1) * (2 * j + 1)).sum()
+}
+
 /// Flop count `n³/3`.
 pub fn flops(n: u64) -> f64 {
     (n as f64).powi(3) / 3.0

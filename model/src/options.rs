@@ -48,7 +48,9 @@ pub enum CholeskyCaching {
 /// The store node shares the CPUs of one machine with the slaves
 /// (extension: the thesis's store ran on its own workstation). With `s`
 /// slaves and a store that keeps `store_share` cores busy, each slave's
-/// compute runs `max(1, (s + store_share)/cores)` times slower.
+/// compute runs `max(1, (s + store_share)/cores)` times slower. `predict`
+/// scales `store_share` (the cores the store uses *while serving*) by the
+/// fraction of the run the store is busy.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SharedCpu {
     /// Cores of the machine.
@@ -83,6 +85,13 @@ pub struct Options {
     /// next task's blocks while computing, so one slave's time is
     /// `max(Σ compute, Σ transfers)`; doubles the slave's block memory.
     pub slave_overlap: bool,
+    /// With `slave_overlap`: the share of a slave's transfers that overlap
+    /// its compute (extension; 1 is §5.5.2's full overlap). A slave that
+    /// fetches one block ahead of tasks that read two blocks per kernel
+    /// call (a matmul or factorisation update reads a pair) hides one
+    /// block of each pair: 0.5 ([`crate::ONE_BLOCK_AHEAD_OF_PAIRS`]).
+    #[serde(default = "full_overlap")]
+    pub slave_overlap_share: f64,
     /// `v`, the number of store nodes: divides the store's busy time in the
     /// lower bounds (§5.4) and adds buffers in the memory rules (5.7–5.17).
     pub store_nodes: u64,
@@ -104,6 +113,10 @@ pub struct Options {
     pub pixel_bytes: f64,
 }
 
+fn full_overlap() -> f64 {
+    1.0
+}
+
 impl Default for Options {
     fn default() -> Self {
         Self {
@@ -112,6 +125,7 @@ impl Default for Options {
             cholesky_caching: CholeskyCaching::None,
             server_double_buffer: false,
             slave_overlap: false,
+            slave_overlap_share: 1.0,
             store_nodes: 1,
             shared_cpu: None,
             use_bsp: false,

@@ -158,6 +158,12 @@ pub const ELEMENT_BYTES: f64 = 8.0;
 pub const PIXEL_BYTES: f64 = 24.0;
 /// Bytes per pixel this implementation stores (8-bit RGB).
 pub const IMPLEMENTATION_PIXEL_BYTES: f64 = 3.0;
+
+/// [`crate::Options::slave_overlap_share`] of this implementation's slave:
+/// it fetches one block ahead (`slave::ctx::PREFETCH_BLOCKS`) while a
+/// matmul or factorisation update reads its blocks in pairs, so the second
+/// block of each pair is read with nothing to overlap it.
+pub const ONE_BLOCK_AHEAD_OF_PAIRS: f64 = 0.5;
 /// Pixel rate of the thesis's ray tracer: 512² pixels of "balls" in 1130 s
 /// on an HP710 (§4.8.2).
 pub const THESIS_RAY_PIXEL_RATE: f64 = 512.0 * 512.0 / 1130.0;

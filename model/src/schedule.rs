@@ -72,13 +72,15 @@ pub struct Overlap {
     pub server: bool,
     /// Slave overlap: two threads or prefetching (§5.5.2).
     pub slave: bool,
+    /// Share of the transfers the slave overlap hides (1: all, §5.5.2).
+    pub slave_share: f64,
     /// Store nodes `v` (≥ 1).
     pub store_nodes: u64,
 }
 
 impl Overlap {
     /// The thesis's experiments: no overlap, one store node.
-    pub const NONE: Overlap = Overlap { server: false, slave: false, store_nodes: 1 };
+    pub const NONE: Overlap = Overlap { server: false, slave: false, slave_share: 1.0, store_nodes: 1 };
 }
 
 /// Tasks between two barriers.
@@ -169,7 +171,8 @@ impl Step {
     /// `max{TCOMP, TGET+TPUT, longest task}`.
     pub fn t1(&self, ov: Overlap) -> f64 {
         if ov.slave {
-            self.comp().max(self.io()).max(self.longest())
+            let hidden = ov.slave_share.clamp(0.0, 1.0) * self.io();
+            (self.comp().max(hidden) + (self.io() - hidden)).max(self.longest())
         } else {
             self.sum(TaskCost::total)
         }

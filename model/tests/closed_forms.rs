@@ -18,6 +18,7 @@ const INF: Options = Options {
     cholesky_caching: CholeskyCaching::None,
     server_double_buffer: false,
     slave_overlap: false,
+    slave_overlap_share: 1.0,
     store_nodes: 1,
     shared_cpu: None,
     use_bsp: false,
@@ -203,6 +204,32 @@ fn slave_overlap_t1_is_section_5_5_2() {
             let o = Options { slave_overlap: true, ..Options::default() };
             let (t1, _) = run(App::Matmul, p, b, &params, &o);
             assert!(close(t1, want), "p={p}: {t1} vs {want}");
+        }
+    }
+}
+
+/// Partial slave overlap (extension): a share `f` of the transfers hides
+/// behind compute, the rest adds: `max(comp, f·io) + (1 − f)·io`, between
+/// §5.5.2's full overlap (f = 1) and none (f = 0).
+#[test]
+fn partial_slave_overlap_lies_between_none_and_full() {
+    for params in param_sets() {
+        let b = 300;
+        let t = Primitives::square(&params, b, &Options::default()).unwrap();
+        for p in 2..=12u64 {
+            let pf = p as f64;
+            let rc = matmul::read_counts(MatmulCaching::None, p, b, 1);
+            let io = rc.n3 * t.tget + pf * pf * t.tput;
+            let comp = pf * pf * pf * (t.tmult + t.tadd);
+            for f in [0.0, 0.5, 1.0] {
+                let o = Options { slave_overlap: true, slave_overlap_share: f, ..Options::default() };
+                let (t1, _) = run(App::Matmul, p, b, &params, &o);
+                let want = comp.max(f * io) + (1.0 - f) * io;
+                assert!(close(t1, want), "p={p} f={f}: {t1} vs {want}");
+            }
+            let none = run(App::Matmul, p, b, &params, &Options::default()).0;
+            let o = Options { slave_overlap: true, slave_overlap_share: 0.0, ..Options::default() };
+            assert!(close(run(App::Matmul, p, b, &params, &o).0, none), "p={p}: share 0 is no overlap");
         }
     }
 }
