@@ -84,7 +84,10 @@ pub fn n_deps(i: u32, j: u32) -> u32 {
 }
 
 /// Tasks that read `L(r, c)` (the successors a dag task decrements), in a
-/// fixed order (sorted), so concurrent tasks lock counters in the same order.
+/// fixed order, so concurrent tasks lock counters in the same order:
+/// column-major, which is also the order they enter the FIFO bag when
+/// released together, the left-looking factorisation's critical path
+/// (column `j + 1` waits on column `j`) first.
 pub fn successors(p: u32, r: u32, c: u32) -> Vec<(u32, u32)> {
     let mut s = Vec::new();
     if r == c {
@@ -95,7 +98,7 @@ pub fn successors(p: u32, r: u32, c: u32) -> Vec<(u32, u32)> {
         // As L(j,k) of tasks (i, r), i > r.
         s.extend((r + 1..p).map(|i| (i, r)));
     }
-    s.sort_unstable();
+    s.sort_unstable_by_key(|&(i, j)| (j, i));
     s
 }
 
