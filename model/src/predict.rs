@@ -304,7 +304,10 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
         rate: if predicted > 0.0 { flops / predicted } else { 0.0 },
         longest_task,
         memory_per_slave,
-        recovery: recovery(t1_work, volumes.n_tasks, longest_task, s, predicted, options.slave_overlap),
+        // §5.5.2's overlap (two threads, or the next task prefetched) holds two
+        // tasks per slave; a prefetch within the task (share < 1, this
+        // implementation's slave) holds one.
+        recovery: recovery(t1_work, volumes.n_tasks, longest_task, s, predicted, options.slave_overlap && options.slave_overlap_share >= 1.0),
     })
 }
 
@@ -332,6 +335,20 @@ mod tests {
             let o2 = Options::with_slaves(2);
             assert!(predict(app, 1200, 300, &with, &o2).unwrap().predicted >= predict(app, 1200, 300, &base, &o2).unwrap().predicted);
         }
+    }
+
+    /// A slave that prefetches inside its task holds one task when it dies;
+    /// §5.5.2's overlap holds two, so twice the lost work.
+    #[test]
+    fn recovery_counts_the_tasks_a_slave_holds() {
+        let params = Params::thesis_fast();
+        let one = Options { slave_overlap: true, slave_overlap_share: crate::ONE_BLOCK_AHEAD_OF_PAIRS, ..Options::with_slaves(2) };
+        let two = Options { slave_overlap: true, ..Options::with_slaves(2) };
+        let a = predict(App::Matmul, 3000, 300, &params, &one).unwrap();
+        let b = predict(App::Matmul, 3000, 300, &params, &two).unwrap();
+        let half_task = |p: &Prediction| p.t1 / (2.0 * p.volumes.n_tasks as f64);
+        assert!((a.recovery.average - half_task(&a)).abs() < 1e-9 * a.t1);
+        assert!((b.recovery.average - 2.0 * half_task(&b)).abs() < 1e-9 * b.t1);
     }
 
     #[test]

@@ -6,7 +6,8 @@ use serde::Serialize;
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Recovery {
     /// "Average recovery": half a task, `T₁/(2N)` (§3.6; Tables 4.2, 4.3,
-    /// 4.6). With slave overlap a slave holds two tasks, so half of two.
+    /// 4.6). With §5.5.2's slave overlap a slave holds two tasks, so half of
+    /// two (not with a prefetch inside the task, which holds one).
     pub average: f64,
     /// Worst case: the longest task (two with slave overlap) lost just
     /// before its commit, when all slaves would otherwise finish together.
