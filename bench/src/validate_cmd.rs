@@ -60,6 +60,11 @@ pub(crate) struct Args {
     /// Write every grid point as JSON here too.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Runs of each grid point; the fastest counts. Other work on a shared
+    /// machine only ever slows a job down: one run of the grid moved single
+    /// points by up to 25 % against another (default 2, quick 1).
+    #[arg(long)]
+    repeat: Option<usize>,
 }
 
 /// One application's part of the grid.
@@ -146,8 +151,8 @@ impl Point {
 }
 
 /// Submits one job of the grid and waits for it.
-fn run_one(c: &Cluster, case: &Case, b: u64, s: u64, verify: bool) -> anyhow::Result<(JobResult, f64, f64)> {
-    let out = format!("out-{}-{b}-{s}", case.app);
+fn run_one(c: &Cluster, case: &Case, b: u64, s: u64, run: usize, verify: bool) -> anyhow::Result<(JobResult, f64, f64)> {
+    let out = format!("out-{}-{b}-{s}-{run}", case.app);
     let (bs, side) = (b.to_string(), case.n.to_string());
     let (lvl, smp) = (RAY_LEVEL.to_string(), RAY_SAMPLES.to_string());
     let (a, bm, sm, dm) = (format!("A{b}"), format!("B{b}"), format!("S{b}"), format!("D{b}"));
@@ -242,7 +247,15 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     cluster.kill_slave(cluster.slave_pids().len() - 1)?;
                 }
                 let load = load_average();
-                let (r, store_cpu, slaves_cpu) = run_one(&cluster, case, b, s, args.verify)?;
+                let repeat = args.repeat.unwrap_or(if args.quick { 1 } else { 2 }).max(1);
+                let mut best: Option<(JobResult, f64, f64)> = None;
+                for k in 0..repeat {
+                    let run = run_one(&cluster, case, b, s, k, args.verify)?;
+                    if best.as_ref().is_none_or(|b| !b.0.ok() || (run.0.ok() && run.0.seconds < b.0.seconds)) {
+                        best = Some(run);
+                    }
+                }
+                let (r, store_cpu, slaves_cpu) = best.expect("at least one run");
                 let thesis = predict(case.model, case.n, b, &thesis_p, &thesis_opts(s))?;
                 let extended = predict(case.model, case.n, b, &ext_p, &ext_opts_for(case.model, s))?;
                 let p = Point {
