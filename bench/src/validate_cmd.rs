@@ -159,7 +159,8 @@ fn run_one(c: &Cluster, case: &Case, b: u64, s: u64, run: usize, verify: bool) -
     let args: Vec<&str> = match case.app {
         "matmul" => vec!["matmul", &a, &bm, "--out", &out],
         "cholesky" => vec!["cholesky", &sm, "--out", &out, "--variant", "dag"],
-        "lu" => vec!["lu", &dm, "--out", &out],
+        // The model's LU is the source's bags (the dag is not modelled).
+        "lu" => vec!["lu", &dm, "--out", &out, "--schedule", "bags"],
         _ => vec![
             "raytrace", "--level", &lvl, "--width", &side, "--height", &side, "--grain", &bs, "--samples", &smp, "--out", &out,
         ],

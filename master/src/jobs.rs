@@ -48,11 +48,13 @@ pub(crate) enum Submit {
         /// Partial pivoting (otherwise A should be diagonally dominant).
         #[arg(long)]
         pivot: bool,
-        /// Without pivoting: `bags` (the source's multiply, factor and solve
-        /// bags per block column, barriers between) or `dag` (one bag; each
-        /// commit enqueues the tasks whose last input it wrote, no barriers).
-        #[arg(long, default_value = "bags", value_parser = ["bags", "dag"])]
-        schedule: String,
+        /// `bags`: the source's multiply, factor and solve bags per block
+        /// column, barriers between. `dag` (without pivoting): one bag; each
+        /// commit enqueues the tasks whose last input it wrote, no barriers;
+        /// the same bits, faster (n=16384, b=2048, 2 slaves: 39.9 s against
+        /// 45.0 s). Default: dag without --pivot, bags with it.
+        #[arg(long, value_parser = ["bags", "dag"])]
+        schedule: Option<String>,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -105,7 +107,11 @@ pub(crate) async fn submit(cmd: Submit) -> anyhow::Result<()> {
             submit_spec(&client, spec).await?
         }
         Submit::Lu { a, out, pivot, schedule, .. } => {
-            let schedule: LuSchedule = schedule.parse().map_err(|e| anyhow::anyhow!("--schedule: {e}"))?;
+            let schedule: LuSchedule = match schedule {
+                Some(name) => name.parse().map_err(|e| anyhow::anyhow!("--schedule: {e}"))?,
+                None if pivot => LuSchedule::Bags,
+                None => LuSchedule::Dag,
+            };
             if pivot && schedule == LuSchedule::Dag {
                 bail!("--schedule dag is for LU without pivoting; drop --pivot or use --schedule bags");
             }
