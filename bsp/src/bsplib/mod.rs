@@ -462,7 +462,15 @@ impl Bsp {
             Err(e) => {
                 self.failed = Some(e.to_string());
                 if let Some(mut w) = self.wire.take() {
-                    w.kill();
+                    match &e {
+                        // Pass the abort on and leave cleanly, so every peer
+                        // reports the abort, not this process's departure.
+                        BspError::Aborted { pid, message } if *pid != self.pid => {
+                            w.forward_abort(*pid, message);
+                            w.close(ABORT_FORWARD_FLUSH);
+                        }
+                        _ => w.kill(),
+                    }
                 }
                 Err(e)
             }
@@ -744,6 +752,10 @@ impl Bsp {
         Ok(())
     }
 }
+
+/// How long a process that learnt of an abort waits for its forwarded
+/// `Abort` frames to be written before it leaves.
+const ABORT_FORWARD_FLUSH: Duration = Duration::from_millis(500);
 
 impl Drop for Bsp {
     fn drop(&mut self) {

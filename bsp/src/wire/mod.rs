@@ -238,12 +238,27 @@ impl Wire {
 
     /// Sends `Abort` to every live peer and gives it a moment to leave.
     pub(crate) fn abort(&self, message: &str) {
-        for p in (0..self.n).filter(|&p| p != self.me) {
-            let _ = self.send_unchecked(p, OutFrame::new(Kind::Abort, 0, 0, Vec::new(), Payload::Owned(message.as_bytes().to_vec())));
-        }
+        self.send_abort(self.me, message);
         let mut st = self.shared.st.lock();
         if st.abort.is_none() {
             st.abort = Some((self.me, message.to_string()));
+        }
+    }
+
+    /// Passes on an abort that came from `origin` before this process
+    /// leaves: a peer that has not heard it yet would otherwise see our
+    /// connection close first and report a lost peer instead of the abort
+    /// (frames on one connection keep their order; across two they do not).
+    pub(crate) fn forward_abort(&self, origin: usize, message: &str) {
+        self.send_abort(origin, message);
+    }
+
+    /// `Abort` frames name their origin in `aux` (pid + 1), so a forwarded
+    /// one reports the process that aborted, not the one that passed it on.
+    fn send_abort(&self, origin: usize, message: &str) {
+        for p in (0..self.n).filter(|&p| p != self.me) {
+            let f = OutFrame::new(Kind::Abort, 0, origin as u32 + 1, Vec::new(), Payload::Owned(message.as_bytes().to_vec()));
+            let _ = self.send_unchecked(p, f);
         }
     }
 

@@ -537,7 +537,12 @@ impl Progress {
         for (p, f) in round.frames {
             if f.header.kind == Kind::Abort {
                 if st.abort.is_none() {
-                    st.abort = Some((p, String::from_utf8_lossy(&f.payload).into_owned()));
+                    // `aux` names the origin of a forwarded abort (pid + 1).
+                    let origin = match f.header.aux as usize {
+                        0 => p,
+                        a => a - 1,
+                    };
+                    st.abort = Some((origin, String::from_utf8_lossy(&f.payload).into_owned()));
                 }
             } else {
                 st.inbox[p].push_back(f);
