@@ -53,7 +53,7 @@ impl Writes {
     pub(crate) async fn finish(self) -> Result<(), StoreError> {
         let mut first = Ok(());
         for (_, h) in self.running {
-            let r = h.await.unwrap_or_else(|e| Err(StoreError::StoreUnavailable { what: format!("block put task failed: {e}") }));
+            let r = h.await.unwrap_or_else(|e| Err(put_task_failed(e)));
             if first.is_ok() {
                 first = r;
             }
@@ -66,12 +66,15 @@ impl Writes {
     fn settle(&mut self, rt: &Handle, id: BlockId) -> Result<(), CtxError> {
         while let Some(pos) = self.running.iter().position(|(w, _)| *w == id) {
             let (_, h) = self.running.remove(pos);
-            rt.block_on(h)
-                .map_err(|e| ctx_error(StoreError::StoreUnavailable { what: format!("block put task failed: {e}") }))?
-                .map_err(ctx_error)?;
+            rt.block_on(h).unwrap_or_else(|e| Err(put_task_failed(e))).map_err(ctx_error)?;
         }
         Ok(())
     }
+}
+
+/// A put's runtime task that panicked or was cancelled.
+fn put_task_failed(e: tokio::task::JoinError) -> StoreError {
+    StoreError::StoreUnavailable { what: format!("block put task failed: {e}") }
 }
 
 /// Decrements the in-flight count when a put ends, however it ends.

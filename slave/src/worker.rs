@@ -205,15 +205,8 @@ impl Slave {
                 ErrorClass::JobFatal => {
                     tracing::error!("job {id} fails: {e}");
                     let _ = writes.finish().await;
-                    let failure = Failure {
-                        reason: e.to_string(),
-                        bag: task.bag.clone(),
-                        task: String::from_utf8_lossy(&task.payload).into_owned(),
-                        slave: self.config.name.clone(),
-                        at_ms: record::now_ms(),
-                    };
                     action.abort().await?;
-                    record_failure(&self.session, id, &failure).await
+                    record_failure(&self.session, id, e.to_string(), &task, &self.config.name).await
                 }
             },
         }
@@ -252,14 +245,7 @@ async fn finish_task(
         // What the task would have met writing in the foreground (a full
         // disk, a refused block): the job fails, saying why.
         tracing::error!("job {job} fails: block put: {e}");
-        let failure = Failure {
-            reason: format!("block put: {e}"),
-            bag: task.bag.clone(),
-            task: String::from_utf8_lossy(&task.payload).into_owned(),
-            slave: done.slave.clone(),
-            at_ms: record::now_ms(),
-        };
-        return record_failure(&session, job, &failure).await;
+        return record_failure(&session, job, format!("block put: {e}"), &task, &done.slave).await;
     }
     let before = action.read_small(&key, true).await?;
     done.count = before.and_then(|v| serde_json::from_slice::<TaskDone>(&v).ok()).map_or(0, |d| d.count) + 1;
@@ -275,10 +261,17 @@ async fn finish_task(
     }
 }
 
-/// Records a job's failure in an action of its own, so no partial output of
-/// the failed task is ever committed.
-async fn record_failure(session: &Session, job: Uuid, failure: &Failure) -> Result<(), StoreError> {
+/// Records that `task` failed the job, in an action of its own, so no
+/// partial output of the failed task is ever committed.
+async fn record_failure(session: &Session, job: Uuid, reason: String, task: &Task, slave: &str) -> Result<(), StoreError> {
+    let failure = Failure {
+        reason,
+        bag: task.bag.clone(),
+        task: String::from_utf8_lossy(&task.payload).into_owned(),
+        slave: slave.to_owned(),
+        at_ms: record::now_ms(),
+    };
     let a = session.begin().await?;
-    a.write_small(&record::failed_key(job), &serde_json::to_vec(failure).expect("plain struct")).await?;
+    a.write_small(&record::failed_key(job), &serde_json::to_vec(&failure).expect("plain struct")).await?;
     a.commit().await
 }
