@@ -460,8 +460,11 @@ fn chol_tasks(variant: &str, p: usize) -> usize {
     }
 }
 
-fn lu_tasks(pivot: bool, p: usize) -> usize {
-    if pivot {
+fn lu_tasks(pivot: bool, schedule: &str, p: usize) -> usize {
+    if pivot && schedule == "dag" {
+        // panel + update + left swap
+        p + p * (p - 1) / 2 + p - 1
+    } else if pivot {
         // copy + multiply (k ≥ 1) + panel + swap + solve
         p * p + p * (p - 1) / 2 + p + p * (p - 1) + p * (p - 1) / 2
     } else {
@@ -517,9 +520,9 @@ fn lu_with_and_without_pivoting_matches_in_core_lapack() {
     for (idx, (n, b)) in [(96u64, 32u32), (100, 32), (150, 64), (40, 64)].into_iter().enumerate() {
         let bound = 1e-13 * n as f64;
         let p = blocks(n, b);
-        for (pivot, schedule) in [(false, "bags"), (false, "dag"), (true, "bags")] {
+        for (pivot, schedule) in [(false, "bags"), (false, "dag"), (true, "bags"), (true, "dag")] {
             // Without pivoting: diagonally dominant; with: a plain random matrix.
-            let (a_name, kind) = if pivot { (format!("R{idx}"), "random") } else { (format!("D{idx}-{schedule}"), "diag-dominant") };
+            let (a_name, kind) = if pivot { (format!("R{idx}-{schedule}"), "random") } else { (format!("D{idx}-{schedule}"), "diag-dominant") };
             create_kind(s, &a_name, n, n, b, kind, 50 + idx as u64);
             let a = env.export(&a_name);
             let (want, want_piv) = lapack_lu(&a);
@@ -544,11 +547,11 @@ fn lu_with_and_without_pivoting_matches_in_core_lapack() {
             }
             let res = lu_residual(&a, &lu, &permutation(&swaps));
             let diff = lu.rel_diff(&want);
-            eprintln!("lu pivot={pivot} n={n} b={b}: residual {res:.2e}, vs LAPACK {diff:.2e}");
+            eprintln!("lu pivot={pivot} {schedule} n={n} b={b}: residual {res:.2e}, vs LAPACK {diff:.2e}");
             assert!(res <= bound, "pivot={pivot} n={n} b={b}: ‖PA − LU‖/‖A‖ = {res:e} > {bound:e}");
             assert!(diff <= bound, "pivot={pivot} n={n} b={b}: ‖LU − LU_lapack‖/‖LU_lapack‖ = {diff:e} > {bound:e}");
-            env.assert_each_task_once(job, lu_tasks(pivot, p));
-            status_complete(s, job, lu_tasks(pivot, p));
+            env.assert_each_task_once(job, lu_tasks(pivot, schedule, p));
+            status_complete(s, job, lu_tasks(pivot, schedule, p));
             verify_ok(s, job, "‖PA − L·U‖_F/‖A‖_F");
         }
     }
@@ -637,7 +640,8 @@ fn lu_with_and_without_pivoting_survives_ten_kills_bit_identical_each_task_once(
     create_kind(s, "D", n, n, b, "diag-dominant", 4);
     create_kind(s, "R", n, n, b, "random", 5);
     let mut nopiv_bags = None;
-    for (pivot, schedule) in [(false, "bags"), (false, "dag"), (true, "bags")] {
+    let mut pivot_bags_swaps = None;
+    for (pivot, schedule) in [(false, "bags"), (false, "dag"), (true, "bags"), (true, "dag")] {
         let a = if pivot { "R" } else { "D" };
         let mut outs = Vec::new();
         let mut pivs = Vec::new();
@@ -648,7 +652,7 @@ fn lu_with_and_without_pivoting_survives_ten_kills_bit_identical_each_task_once(
                 args.push("--pivot");
             }
             let job = submit(s, &args);
-            let total = lu_tasks(pivot, p);
+            let total = lu_tasks(pivot, schedule, p);
             let made = run_with_kills(&env, job, total, kills, seed + u64::from(pivot));
             assert!(made >= kills, "pivot={pivot}: only {made} kills landed while the job ran");
             env.assert_each_task_once(job, total);
@@ -668,6 +672,12 @@ fn lu_with_and_without_pivoting_survives_ten_kills_bit_identical_each_task_once(
         }
         if pivot {
             assert_eq!(pivs[0], pivs[1], "the interchanges differ after kills");
+            // Right-looking chooses the same pivots as the source's order.
+            match (schedule, &pivot_bags_swaps) {
+                ("bags", _) => pivot_bags_swaps = Some(pivs[0].clone()),
+                (_, Some(bags)) => assert_eq!(pivs[0], *bags, "the dag's interchanges differ from the bags'"),
+                _ => {}
+            }
         }
     }
 }

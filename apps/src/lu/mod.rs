@@ -25,6 +25,16 @@
 //! column below the diagonal, one task, pivots recorded as the small object
 //! [`pivots_key`]), swap (one task per other block column applying the
 //! panel's interchanges), solve (`U(k,j)` for `j > k`).
+//!
+//! **With partial pivoting and the `dag` schedule** (right-looking, in
+//! [`right_looking`]): per block column `k`, a panel task (as above; panel
+//! 0 reads A itself, so there is no copy bag) and one update task per block
+//! column `j > k` that applies the panel's interchanges to column `j`,
+//! solves `U(k,j)` and updates the blocks below it, holding the column, so
+//! a swap costs no extra read or write of the column. The panel of `k + 1`
+//! waits only for the update of column `k + 1`, not for the whole step.
+//! The interchanges of later panels reach the `L` blocks left of them in a
+//! second bag, one task per block column, at the end.
 
 use crate::block::{Block, MatrixMeta};
 use crate::ctx::TaskCtx;
@@ -83,6 +93,21 @@ pub enum LuTask {
         /// Block column.
         j: u32,
     },
+    /// Pivoting, dag: apply panel `k`'s interchanges to block column `j > k`
+    /// (rows from block `k` down), solve `U(k,j)` and update the blocks
+    /// below it.
+    Update {
+        /// Panel.
+        k: u32,
+        /// Block column (> k).
+        j: u32,
+    },
+    /// Pivoting, dag: apply the interchanges of every panel right of block
+    /// column `m` to its `L` blocks.
+    LeftSwap {
+        /// Block column.
+        m: u32,
+    },
 }
 
 /// Key of panel `k`'s interchanges: little-endian u64 global row indices,
@@ -102,6 +127,8 @@ pub fn counter_key(job: uuid::Uuid, t: LuTask) -> String {
         LuTask::Copy { i, j } => format!("{job}/lu/deps/copy/{i}/{j}"),
         LuTask::Panel { k } => format!("{job}/lu/deps/panel/{k}"),
         LuTask::Swap { k, j } => format!("{job}/lu/deps/swap/{k}/{j}"),
+        LuTask::Update { k, j } => format!("{job}/lu/deps/update/{k}/{j}"),
+        LuTask::LeftSwap { m } => format!("{job}/lu/deps/left-swap/{m}"),
     }
 }
 
@@ -116,7 +143,7 @@ pub fn n_deps(t: LuTask) -> u32 {
         LuTask::Factor { .. } => 1,
         LuTask::SolveL { .. } => 2,
         LuTask::SolveU { k, .. } => 2 * k + 1,
-        LuTask::Copy { .. } | LuTask::Panel { .. } | LuTask::Swap { .. } => 0,
+        LuTask::Copy { .. } | LuTask::Panel { .. } | LuTask::Swap { .. } | LuTask::Update { .. } | LuTask::LeftSwap { .. } => 0,
     }
 }
 
@@ -139,7 +166,9 @@ pub fn successors(p: u32, t: LuTask) -> Vec<LuTask> {
         LuTask::SolveU { k, j } => {
             (j..p).map(|i| LuTask::Mult { i, k: j }).chain((k + 1..j).map(|m| LuTask::SolveU { k: m, j })).collect()
         }
-        LuTask::Copy { .. } | LuTask::Panel { .. } | LuTask::Swap { .. } => Vec::new(),
+        LuTask::Copy { .. } | LuTask::Panel { .. } | LuTask::Swap { .. } | LuTask::Update { .. } | LuTask::LeftSwap { .. } => {
+            Vec::new()
+        }
     };
     s.sort_unstable();
     s
@@ -162,12 +191,10 @@ pub(crate) fn plan(job: uuid::Uuid, a: &MatrixMeta, lu: &MatrixMeta, pivot: bool
     check(a, lu)?;
     let p = a.block_rows();
     let mut plan = Plan::default();
+    if schedule == LuSchedule::Dag && pivot {
+        return Ok(right_looking::plan(job, p));
+    }
     if schedule == LuSchedule::Dag {
-        if pivot {
-            return Err(PlanError::Unsupported {
-                reason: "the dag schedule is for LU without pivoting (a panel's interchanges touch every block column)".into(),
-            });
-        }
         // Bag order: the order the bags would run them, so the FIFO bag
         // starts with column 0's multiplies and works left to right.
         let tasks: Vec<LuTask> = (0..p)
@@ -224,7 +251,15 @@ pub(crate) fn run(
     let p = a.block_rows();
     let bad = || TaskError::BadTask { reason: format!("LU task {t:?} (p={p}, pivot={pivot}, {schedule:?})") };
     let dag = schedule == LuSchedule::Dag;
-    if dag && (pivot || matches!(t, LuTask::Copy { .. } | LuTask::Panel { .. } | LuTask::Swap { .. })) {
+    let right_looking = dag && pivot;
+    let belongs = match t {
+        LuTask::Update { .. } | LuTask::LeftSwap { .. } => right_looking,
+        LuTask::Panel { .. } => pivot,
+        LuTask::Copy { .. } | LuTask::Swap { .. } => pivot && !dag,
+        LuTask::Mult { .. } | LuTask::SolveU { .. } => !right_looking,
+        LuTask::Factor { .. } | LuTask::SolveL { .. } => !pivot,
+    };
+    if !belongs {
         return Err(bad());
     }
     // With pivoting the output holds the row-swapped copy of A, so the
@@ -283,16 +318,34 @@ pub(crate) fn run(
             if !pivot || k >= p {
                 return Err(bad());
             }
-            flops += panel(job, lu, k, ctx)?;
+            // Right-looking, panel 0 reads A itself (there is no copy).
+            let from = if right_looking && k == 0 { a } else { lu };
+            flops += panel(job, from, lu, k, ctx)?;
         }
         LuTask::Swap { k, j } => {
-            if !pivot || k >= p || j >= p || j == k {
+            if k >= p || j >= p || j == k {
                 return Err(bad());
             }
-            swap(job, lu, k, j, ctx)?;
+            swap(job, lu, k..k + 1, j, ctx)?;
+        }
+        LuTask::Update { k, j } => {
+            if j >= p || k >= j {
+                return Err(bad());
+            }
+            flops += right_looking::update(job, a, lu, k, j, ctx)?;
+        }
+        LuTask::LeftSwap { m } => {
+            if m + 1 >= p {
+                return Err(bad());
+            }
+            swap(job, lu, m + 1..p, m, ctx)?;
         }
     }
-    if dag {
+    if right_looking {
+        for s in right_looking::successors(p, t) {
+            job::release_dependency(ctx, &counter_key(job, s), &dag_bag(job), &job::encode_task(&s))?;
+        }
+    } else if dag {
         for s in successors(p, t) {
             job::release_dependency(ctx, &counter_key(job, s), &dag_bag(job), &job::encode_task(&s))?;
         }
@@ -351,16 +404,22 @@ fn update(ctx: &mut dyn TaskCtx, lu: &MatrixMeta, i: u32, j: u32, upto: u32, x: 
     Ok(flops)
 }
 
-/// Factors block column `k` (rows from block `k` down) with partial pivoting.
-/// Holds the whole panel, `(n − k·b) × b`, in memory.
-fn panel(job: uuid::Uuid, lu: &MatrixMeta, k: u32, ctx: &mut dyn TaskCtx) -> Result<f64, TaskError> {
+/// Factors block column `k` (rows from block `k` down) with partial pivoting,
+/// reading it from `from` (the output itself, or A for a right-looking
+/// first panel) and writing it to `lu`. Holds the whole panel,
+/// `(n − k·b) × b`, in memory.
+fn panel(job: uuid::Uuid, from: &MatrixMeta, lu: &MatrixMeta, k: u32, ctx: &mut dyn TaskCtx) -> Result<f64, TaskError> {
     let p = lu.block_rows();
     let r0 = lu.row_offset(k);
     let rows = (lu.n_rows - r0) as usize;
     let cols = lu.block_shape(k, k).1;
     let mut pan = Block::zeros(rows, cols);
+    let from_input = from.id != lu.id;
+    if from_input {
+        ctx.prefetch(&(k..p).map(|t| from.block_id(t, k)).collect::<Vec<_>>())?;
+    }
     for t in k..p {
-        let b = job::read_for_update(ctx, lu, t, k)?;
+        let b = if from_input { job::read_checked(ctx, from, t, k)? } else { job::read_for_update(ctx, lu, t, k)? };
         let off = (lu.row_offset(t) - r0) as usize;
         for c in 0..cols {
             pan.data[off + c * rows..off + c * rows + b.rows].copy_from_slice(&b.data[c * b.rows..(c + 1) * b.rows]);
@@ -401,44 +460,60 @@ fn decode_pivots(key: &str, raw: &[u8], lu: &MatrixMeta, k: u32) -> Result<Vec<u
     Ok(piv)
 }
 
-/// Applies panel `k`'s interchanges to block column `j`. Reads only the
-/// blocks that hold swapped rows (block `k` and the pivot rows' blocks).
-fn swap(job: uuid::Uuid, lu: &MatrixMeta, k: u32, j: u32, ctx: &mut dyn TaskCtx) -> Result<(), TaskError> {
-    let key = pivots_key(job, k);
-    let raw = ctx.read_small(&key)?.ok_or_else(|| TaskError::BadSmall { key: key.clone(), reason: "missing".into() })?;
-    let piv = decode_pivots(&key, &raw, lu, k).map_err(|reason| TaskError::BadSmall { key: key.clone(), reason })?;
-    let r0 = lu.row_offset(k);
+/// Applies the interchanges of `panels`, in order, to block column `j`.
+/// Reads only the blocks that hold swapped rows.
+fn swap(job: uuid::Uuid, lu: &MatrixMeta, panels: std::ops::Range<u32>, j: u32, ctx: &mut dyn TaskCtx) -> Result<(), TaskError> {
     let b = u64::from(lu.block);
+    let mut swaps = Vec::new();
+    for k in panels {
+        let r0 = lu.row_offset(k);
+        let piv = read_pivots(job, lu, k, ctx)?;
+        swaps.extend(piv.iter().enumerate().map(|(r, &g)| (r0 + r as u64, g)).filter(|(s, g)| s != g));
+    }
     let mut blocks: BTreeMap<u32, Block> = BTreeMap::new();
-    for (r, &g) in piv.iter().enumerate() {
-        let s = r0 + r as u64;
-        if g == s {
-            continue;
-        }
+    for &(s, g) in &swaps {
         for row in [s, g] {
             let t = (row / b) as u32;
             if let std::collections::btree_map::Entry::Vacant(e) = blocks.entry(t) {
                 e.insert(job::read_for_update(ctx, lu, t, j)?);
             }
         }
-        let (ts, rs) = ((s / b) as u32, (s % b) as usize);
-        let (tg, rg) = ((g / b) as u32, (g % b) as usize);
-        let cols = blocks[&ts].cols;
-        for c in 0..cols {
-            let vs = blocks[&ts].get(rs, c);
-            let vg = blocks[&tg].get(rg, c);
-            if let Some(x) = blocks.get_mut(&ts) {
-                x.set(rs, c, vg);
-            }
-            if let Some(x) = blocks.get_mut(&tg) {
-                x.set(rg, c, vs);
-            }
-        }
     }
+    interchange_rows(&mut blocks, b, &swaps);
     for (t, blk) in &blocks {
         ctx.write_block(lu.block_id(*t, j), blk)?;
     }
     Ok(())
+}
+
+/// Panel `k`'s interchanges (global rows, see [`pivots_key`]).
+fn read_pivots(job: uuid::Uuid, lu: &MatrixMeta, k: u32, ctx: &mut dyn TaskCtx) -> Result<Vec<u64>, TaskError> {
+    let key = pivots_key(job, k);
+    let raw = ctx.read_small(&key)?.ok_or_else(|| TaskError::BadSmall { key: key.clone(), reason: "missing".into() })?;
+    decode_pivots(&key, &raw, lu, k).map_err(|reason| TaskError::BadSmall { key: key.clone(), reason })
+}
+
+/// Swaps global rows `s ↔ g`, pair after pair, in a block column held as
+/// blocks by block row (side `b`); every row named must be in `blocks`.
+/// Column by column, as LAPACK's dlaswp does: one column of the blocks
+/// stays in the cache while every pair is applied to it.
+fn interchange_rows(blocks: &mut BTreeMap<u32, Block>, b: u64, swaps: &[(u64, u64)]) {
+    let rows: Vec<u32> = blocks.keys().copied().collect();
+    let at = |row: u64| {
+        let t = (row / b) as u32;
+        (rows.binary_search(&t).expect("the block of every swapped row is held"), (row % b) as usize)
+    };
+    let pairs: Vec<_> = swaps.iter().map(|&(s, g)| (at(s), at(g))).collect();
+    let mut column: Vec<&mut Block> = blocks.values_mut().collect();
+    let cols = column.first().map_or(0, |x| x.cols);
+    for c in 0..cols {
+        for &((ts, rs), (tg, rg)) in &pairs {
+            let (ls, lg) = (rs + c * column[ts].rows, rg + c * column[tg].rows);
+            let v = column[ts].data[ls];
+            column[ts].data[ls] = column[tg].data[lg];
+            column[tg].data[lg] = v;
+        }
+    }
 }
 
 /// The row permutation of a pivoted LU job: `perm[r]` is the row of A that
@@ -460,5 +535,6 @@ pub fn permutation<S: BlockSource>(src: &mut S, job: uuid::Uuid, lu: &MatrixMeta
     Ok(perm)
 }
 
+mod right_looking;
 #[cfg(test)]
 mod tests;

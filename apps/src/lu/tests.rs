@@ -5,11 +5,15 @@ use crate::mem::{run_plan, MemStore, RunError};
 use crate::verify::lu_residual;
 
 fn run(n: u64, b: u32, seed: u64, pivot: bool, kind: MatrixKind) -> (MemStore, JobSpec, MatrixMeta, MatrixMeta) {
+    run_on(n, b, seed, pivot, kind, LuSchedule::Bags)
+}
+
+fn run_on(n: u64, b: u32, seed: u64, pivot: bool, kind: MatrixKind, schedule: LuSchedule) -> (MemStore, JobSpec, MatrixMeta, MatrixMeta) {
     let a = MatrixMeta::new("A", n, n, b);
     let lu = MatrixMeta::new("LU", n, n, b);
     let mut store = MemStore::new();
     store.generate(&a, kind, seed);
-    let spec = JobSpec::Lu { job: uuid::Uuid::new_v4(), a: a.clone(), lu: lu.clone(), pivot, schedule: LuSchedule::Bags };
+    let spec = JobSpec::Lu { job: uuid::Uuid::new_v4(), a: a.clone(), lu: lu.clone(), pivot, schedule };
     (store, spec, a, lu)
 }
 
@@ -35,8 +39,8 @@ fn crout_without_pivoting() {
 
 #[test]
 fn partial_pivoting() {
-    for n in [255u64, 256, 257] {
-        let (mut store, spec, a, lu) = run(n, 64, n + 100, true, MatrixKind::Random);
+    for (n, schedule) in [255u64, 256, 257, 64, 40].into_iter().flat_map(|n| [(n, LuSchedule::Bags), (n, LuSchedule::Dag)]) {
+        let (mut store, spec, a, lu) = run_on(n, 64, n + 100, true, MatrixKind::Random, schedule);
         let pl = plan(&spec).unwrap();
         run_plan(&mut store, &spec, &pl).unwrap();
         let perm = permutation(&mut store, spec.job(), &lu).unwrap();
@@ -45,7 +49,7 @@ fn partial_pivoting() {
         assert_eq!(sorted, (0..n).collect::<Vec<_>>());
         assert_ne!(perm, sorted, "random input should need interchanges");
         let res = lu_residual(&mut store, &a, &lu, Some(&perm)).unwrap();
-        assert!(res <= 1e-13 * n as f64, "n={n} seed={}: {res}", n + 100);
+        assert!(res <= 1e-13 * n as f64, "n={n} {schedule:?} seed={}: {res}", n + 100);
         // Partial pivoting keeps every multiplier at most 1 in magnitude.
         let d = store.to_dense(&lu).unwrap();
         let nn = n as usize;
@@ -62,16 +66,16 @@ fn partial_pivoting() {
         for (r, &g) in ipiv.iter().enumerate() {
             want.swap(r, g);
         }
-        assert_eq!(perm, want, "n={n}");
+        assert_eq!(perm, want, "n={n} {schedule:?}");
         let diff: f64 = d.iter().zip(&full.data).map(|(x, y)| (x - y).powi(2)).sum::<f64>().sqrt();
-        assert!(diff / full.sum_sq().sqrt() <= 1e-12 * n as f64, "n={n}: {diff}");
+        assert!(diff / full.sum_sq().sqrt() <= 1e-12 * n as f64, "n={n} {schedule:?}: {diff}");
     }
 }
 
 #[test]
 fn singular_names_the_block() {
-    for pivot in [false, true] {
-        let (mut store, spec, a, _) = run(200, 64, 5, pivot, MatrixKind::DiagDominant);
+    for (pivot, schedule) in [(false, LuSchedule::Bags), (false, LuSchedule::Dag), (true, LuSchedule::Bags), (true, LuSchedule::Dag)] {
+        let (mut store, spec, a, _) = run_on(200, 64, 5, pivot, MatrixKind::DiagDominant, schedule);
         // Global column 70 = block column 1, column 6 within it: all zero.
         for i in 0..a.block_rows() {
             let blk = store.blocks.get_mut(&a.block_id(i, 1)).unwrap();
@@ -82,7 +86,7 @@ fn singular_names_the_block() {
         let pl = plan(&spec).unwrap();
         match run_plan(&mut store, &spec, &pl) {
             Err(RunError::Task { source: TaskError::Singular { i: 1, j: 1, row: 6 }, .. }) => {}
-            other => panic!("pivot={pivot}: {other:?}"),
+            other => panic!("pivot={pivot} {schedule:?}: {other:?}"),
         }
     }
 }
@@ -165,14 +169,69 @@ fn dag_counters_match_the_producers() {
 }
 
 #[test]
-fn dag_refuses_pivoting_and_foreign_tasks() {
-    let a = MatrixMeta::new("A", 64, 64, 16);
-    let lu = MatrixMeta::new("LU", 64, 64, 16);
-    assert!(matches!(plan(&lu_spec(&a, &lu, true, LuSchedule::Dag)), Err(PlanError::Unsupported { .. })));
+fn each_schedule_refuses_the_others_tasks() {
     let (store, _, a, lu) = run(64, 16, 1, false, MatrixKind::DiagDominant);
-    let spec = lu_spec(&a, &lu, false, LuSchedule::Dag);
-    let mut ctx = crate::mem::MemCtx::new(&store, spec.job());
-    let r = crate::job::run_task(&spec, &job::encode_task(&LuTask::Panel { k: 0 }), 0, &mut ctx);
-    assert!(matches!(r, Err(TaskError::BadTask { .. })));
+    let cases = [
+        (false, LuSchedule::Dag, LuTask::Panel { k: 0 }),
+        (false, LuSchedule::Dag, LuTask::Update { k: 0, j: 1 }),
+        (false, LuSchedule::Bags, LuTask::LeftSwap { m: 0 }),
+        (true, LuSchedule::Bags, LuTask::Update { k: 0, j: 1 }),
+        (true, LuSchedule::Dag, LuTask::Swap { k: 0, j: 1 }),
+        (true, LuSchedule::Dag, LuTask::Copy { i: 0, j: 0 }),
+        (true, LuSchedule::Dag, LuTask::Mult { i: 1, k: 1 }),
+        (true, LuSchedule::Dag, LuTask::Factor { k: 0 }),
+        (true, LuSchedule::Dag, LuTask::LeftSwap { m: 3 }),
+        (true, LuSchedule::Dag, LuTask::Update { k: 1, j: 1 }),
+    ];
+    for (pivot, schedule, t) in cases {
+        let spec = lu_spec(&a, &lu, pivot, schedule);
+        let mut ctx = crate::mem::MemCtx::new(&store, spec.job());
+        let r = crate::job::run_task(&spec, &job::encode_task(&t), 0, &mut ctx);
+        assert!(matches!(r, Err(TaskError::BadTask { .. })), "pivot={pivot} {schedule:?} {t:?}: {r:?}");
+    }
 }
 
+#[test]
+fn pivoted_dag_counters_match_the_producers() {
+    for p in 1u32..10 {
+        let n = u64::from(p) * 8;
+        let a = MatrixMeta::new("A", n, n, 8);
+        let lu = MatrixMeta::new("LU", n, n, 8);
+        let pl = plan(&lu_spec(&a, &lu, true, LuSchedule::Dag)).unwrap();
+        let all = right_looking::tasks(p);
+        assert_eq!(all.len() as u32, p + p * (p - 1) / 2, "p={p}");
+        let mut count = std::collections::HashMap::new();
+        for t in &all {
+            for s in right_looking::successors(p, *t) {
+                assert!(all.contains(&s), "p={p}: {t:?} releases {s:?}, not a task");
+                *count.entry(s).or_insert(0u32) += 1;
+            }
+        }
+        for t in &all {
+            assert_eq!(count.get(t).copied().unwrap_or(0), right_looking::n_deps(*t), "p={p}: {t:?}");
+        }
+        let ready: Vec<LuTask> = pl.bags[0].tasks.iter().map(|t| serde_json::from_slice(t).unwrap()).collect();
+        assert_eq!(ready, vec![LuTask::Panel { k: 0 }]);
+        assert_eq!(pl.initial_small.len(), all.len() - 1);
+        // The left swaps run after the dag, one per column with a panel right of it.
+        assert_eq!(pl.bags.len(), if p > 1 { 2 } else { 1 });
+        if p > 1 {
+            assert_eq!(pl.bags[1].tasks.len() as u32, p - 1);
+        }
+    }
+}
+
+#[test]
+fn pivoted_dag_reads_each_column_once_per_step() {
+    // The bags rewrite a column per panel in swap tasks; the right-looking
+    // dag folds the interchanges into the update that reads the column anyway.
+    let (mut bags, spec, a, lu) = run(256, 32, 3, true, MatrixKind::Random);
+    let mut dag = bags.clone();
+    let r_bags = run_plan(&mut bags, &spec, &plan(&spec).unwrap()).unwrap();
+    let dspec = lu_spec(&a, &lu, true, LuSchedule::Dag);
+    let r_dag = run_plan(&mut dag, &dspec, &plan(&dspec).unwrap()).unwrap();
+    let (d, b) = (r_dag.totals(), r_bags.totals());
+    assert!(d.block_reads < b.block_reads, "dag reads {} blocks, bags {}", d.block_reads, b.block_reads);
+    assert!(d.block_writes < b.block_writes, "dag writes {} blocks, bags {}", d.block_writes, b.block_writes);
+    assert_eq!(d.prefetch_misses, 0, "reads out of the announced order");
+}
