@@ -55,6 +55,11 @@ pub(crate) struct Args {
     /// updates that read block pairs).
     #[arg(long, default_value_t = model::ONE_BLOCK_AHEAD_OF_PAIRS)]
     overlap_share: f64,
+    /// With --overlap: the source's slave, whose block writes do not
+    /// overlap its compute (default: this implementation's write-behind
+    /// slave, whose writes all do).
+    #[arg(long)]
+    no_write_behind: bool,
     /// Store nodes.
     #[arg(long, default_value_t = 1)]
     store_nodes: u64,
@@ -219,6 +224,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         server_double_buffer: args.double_buffer,
         slave_overlap: args.overlap,
         slave_overlap_share: args.overlap_share,
+        write_behind: !args.no_write_behind,
         store_nodes: args.store_nodes,
         shared_cpu: args.cores.map(|cores| SharedCpu { cores, store_share: 1.0 }),
         use_bsp: args.bsp,

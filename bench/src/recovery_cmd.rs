@@ -63,6 +63,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         shared_cpu: Some(SharedCpu { cores, store_share: 1.0 }),
         slave_overlap: true,
         slave_overlap_share: model::ONE_BLOCK_AHEAD_OF_PAIRS,
+        write_behind: true,
         pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
         ..Options::with_slaves(slaves)
     };

@@ -15,7 +15,8 @@
 //!   with the slaves while it is busy (`Options::shared_cpu`), and for
 //!   matmul, Cholesky and LU the slave's prefetch of one block ahead while
 //!   it computes (`Options::slave_overlap`, §5.5.2), which hides one block
-//!   of each pair an update reads (`Options::slave_overlap_share`).
+//!   of each pair an update reads (`Options::slave_overlap_share`), and its
+//!   write-behind, which hides every block write (`Options::write_behind`).
 //!
 //! The error is `(predicted − measured) / measured`; the target is 10 %
 //! for every point (issue 6).
@@ -219,6 +220,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         shared_cpu: Some(SharedCpu { cores, store_share: 1.0 }),
         slave_overlap: matches!(app, App::Matmul | App::Cholesky(_) | App::Lu { .. }),
         slave_overlap_share: model::ONE_BLOCK_AHEAD_OF_PAIRS,
+        write_behind: true,
         pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
         ..Options::with_slaves(s)
     };

@@ -37,6 +37,7 @@ pub fn diag_task(t: &Primitives, j: u64) -> TaskCost {
         disk: jf * t.tdget + t.tdput,
         net: (jf + 1.0) * t.tcom,
         comp: (jf - 1.0) * ops(t) + t.tchol,
+        put: t.tdput + t.tcom,
     }
 }
 
@@ -48,6 +49,7 @@ pub fn off_task(t: &Primitives, j: u64) -> TaskCost {
         disk: 2.0 * jf * t.tdget + t.tdput,
         net: (2.0 * jf + 1.0) * t.tcom,
         comp: (jf - 1.0) * ops(t) + t.tsolve,
+        put: t.tdput + t.tcom,
     }
 }
 
@@ -173,6 +175,7 @@ pub fn steps(t: &Primitives, p: u64, variant: Variant) -> Vec<Step> {
                     disk: o.disk + d.disk,
                     net: o.net + d.net,
                     comp: o.comp + d.comp,
+                    put: o.put + d.put,
                 });
                 st.push(p - j - 1, o);
                 steps.push(st);

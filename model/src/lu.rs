@@ -21,6 +21,7 @@ fn task(t: &Primitives, gets: f64, puts: f64, comp: f64) -> TaskCost {
         disk: gets * t.tdget + puts * t.tdput,
         net: (gets + puts) * t.tcom,
         comp,
+        put: puts * (t.tdput + t.tcom),
     }
 }
 

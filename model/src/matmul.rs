@@ -122,6 +122,7 @@ pub fn steps(t: &Primitives, p: u64, b: u64, options: &Options) -> Vec<Step> {
         disk: (rc.n3 * t.tdget + rc.n2 * t.tdget_cached) / tasks + t.tdput,
         net: (rc.n2 + rc.n3) / tasks * t.tcom + t.tcom,
         comp: pf * (t.tmult + t.tadd),
+        put: t.tdput + t.tcom,
     };
     let mut step = Step::default();
     step.push(p * p, cost);

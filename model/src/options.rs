@@ -92,6 +92,12 @@ pub struct Options {
     /// block of each pair: 0.5 ([`crate::ONE_BLOCK_AHEAD_OF_PAIRS`]).
     #[serde(default = "full_overlap")]
     pub slave_overlap_share: f64,
+    /// With `slave_overlap`: the slave writes behind (extension; this
+    /// implementation's slave): a task's block puts run while it and the
+    /// next task compute, so every write is hidden, whatever
+    /// `slave_overlap_share` says of the reads.
+    #[serde(default)]
+    pub write_behind: bool,
     /// `v`, the number of store nodes: divides the store's busy time in the
     /// lower bounds (§5.4) and adds buffers in the memory rules (5.7–5.17).
     pub store_nodes: u64,
@@ -126,6 +132,7 @@ impl Default for Options {
             server_double_buffer: false,
             slave_overlap: false,
             slave_overlap_share: 1.0,
+            write_behind: false,
             store_nodes: 1,
             shared_cpu: None,
             use_bsp: false,

@@ -231,6 +231,7 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
         slave: options.slave_overlap,
         slave_share: options.slave_overlap_share,
         store_nodes: options.store_nodes.max(1),
+        write_behind: options.write_behind,
     };
     // T∞ without CPU sharing: with unboundedly many slaves on one machine
     // the shared-CPU slow-down would be unbounded.

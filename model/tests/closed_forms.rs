@@ -19,6 +19,7 @@ const INF: Options = Options {
     server_double_buffer: false,
     slave_overlap: false,
     slave_overlap_share: 1.0,
+    write_behind: false,
     store_nodes: 1,
     shared_cpu: None,
     use_bsp: false,

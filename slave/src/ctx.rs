@@ -21,6 +21,11 @@ use uuid::Uuid;
 /// pair, so one block ahead already hides every transfer but the first.
 const PREFETCH_BLOCKS: usize = 1;
 
+/// Longest pause between two polls of a flag that no running task
+/// produces ([`TaskCtx::await_flag`]); it is looked for again once the
+/// producer has been dequeued again (after a crash, a lease later).
+const MAX_FLAG_POLL: Duration = Duration::from_millis(100);
+
 pub(crate) struct StoreCtx<'a> {
     pub(crate) rt: Handle,
     pub(crate) client: &'a Client,
@@ -106,6 +111,23 @@ impl Drop for Prefetch {
 }
 
 impl StoreCtx<'_> {
+    /// Reads `key` in a nested action, waiting on its producer's lock;
+    /// keeps the read (and its lock) only if the flag is there.
+    async fn wait_for_producer(&self, key: &str) -> Result<bool, StoreError> {
+        let nested = self.action.begin_nested().await?;
+        match nested.read_small(key, false).await {
+            Ok(Some(_)) => nested.commit().await.map(|()| true),
+            Ok(None) => nested.abort().await.map(|()| false),
+            // The node gave up waiting (its lock timeout, or a deadlock
+            // victim): look again after the pause.
+            Err(StoreError::LockTimeout { .. } | StoreError::Deadlock { .. }) => {
+                let _ = nested.abort().await;
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     fn top_up(&mut self) {
         while self.prefetch.running.len() + self.writes.in_flight.load(Ordering::SeqCst) < PREFETCH_BLOCKS {
             let Some(id) = self.prefetch.queued.pop_front() else {
@@ -192,21 +214,34 @@ impl TaskCtx for StoreCtx<'_> {
         self.rt.block_on(self.action.write_small(key, value)).map_err(ctx_error)
     }
 
-    /// Polls the committed state without a lock (a writer holding the flag
-    /// would otherwise make us wait on its lock for the whole task), with
-    /// back-off; once the flag exists, reads it under a read lock.
+    /// Waits for a flag (single-bag Cholesky). A committed flag is found by
+    /// a peek without a lock, then read under a read lock. An absent one's
+    /// producer, if it runs, holds the flag's write lock from its start
+    /// (see `apps::cholesky`), so a read in a nested action waits on that
+    /// lock and returns when the producer commits: no polling, no latency.
+    /// If the flag is still absent (the producer died and its action was
+    /// aborted, or none has started), the nested action is aborted, which
+    /// drops its read lock so that it never holds up the next producer,
+    /// and the wait polls with back-off until `timeout`. A zero `timeout`
+    /// only looks.
     fn await_flag(&mut self, key: &str, timeout: Duration) -> Result<bool, CtxError> {
         let start = Instant::now();
-        let mut pause = Duration::from_millis(5);
+        let mut pause = Duration::from_millis(2);
         loop {
             if self.rt.block_on(self.client.peek_small(key)).map_err(ctx_error)?.is_some() {
                 return Ok(self.read_small(key)?.is_some());
+            }
+            if timeout.is_zero() {
+                return Ok(false);
+            }
+            if self.rt.block_on(self.wait_for_producer(key)).map_err(ctx_error)? {
+                return Ok(true);
             }
             if start.elapsed() >= timeout {
                 return Ok(false);
             }
             std::thread::sleep(pause.min(timeout.saturating_sub(start.elapsed())));
-            pause = (pause * 2).min(Duration::from_millis(200));
+            pause = (pause * 2).min(MAX_FLAG_POLL);
         }
     }
 

@@ -35,6 +35,12 @@ fn every_variant_factors_across_block_boundaries() {
             // Each block of L computed exactly once.
             let writes: u64 = report.totals().block_writes;
             assert_eq!(writes as usize, p * (p + 1) / 2, "n={n} {v:?}");
+            // Every variant announces its reads, single-bag those whose
+            // flags are set (all of them when tasks run one after another),
+            // and reads in the announced order.
+            let (announced, misses) = (report.totals().prefetched, report.totals().prefetch_misses);
+            assert_eq!(announced, report.totals().block_reads, "n={n} {v:?}: reads not announced");
+            assert_eq!(misses, 0, "n={n} {v:?}: reads out of the announced order");
             let res = cholesky_residual(&mut store, &a, &l).unwrap();
             assert!(res <= 1e-13 * n as f64, "n={n} {v:?} seed={n}: residual {res}");
             // Fill the never-written upper blocks with zeros and compare with dpotrf.
