@@ -196,26 +196,28 @@ pub fn steps(t: &Primitives, p: u64, variant: Variant) -> Vec<Step> {
 /// Longest chains of the task graph (`(i,j)` needs `(i,k)`, `(j,k)` for
 /// `k < j`, and `(j,j)` if `i > j`): `(whole tasks, compute only)`.
 pub fn critical_paths(t: &Primitives, p: u64) -> (f64, f64) {
-    let chain = |w: &dyn Fn(&TaskCost) -> f64| -> f64 {
-        let p = p as usize;
-        // row_max[i] = max over k < j of F(i,k), for the current column j.
-        let mut row_max = vec![0.0f64; p + 1];
-        let mut longest = 0.0f64;
-        for j in 1..=p {
-            let fjj = w(&diag_task(t, j as u64)) + row_max[j];
-            let off = w(&off_task(t, j as u64));
-            let mut col = vec![(j, fjj)];
-            for (i, rm) in row_max.iter().enumerate().skip(j + 1) {
-                col.push((i, off + rm.max(row_max[j]).max(fjj)));
-            }
-            for (i, f) in col {
-                row_max[i] = row_max[i].max(f);
-                longest = longest.max(f);
-            }
+    (chain_of(t, p, &TaskCost::total), chain_of(t, p, &|c: &TaskCost| c.comp))
+}
+
+/// The longest chain of dependent tasks, each weighing `w`.
+fn chain_of(t: &Primitives, p: u64, w: &dyn Fn(&TaskCost) -> f64) -> f64 {
+    let p = p as usize;
+    // row_max[i] = max over k < j of F(i,k), for the current column j.
+    let mut row_max = vec![0.0f64; p + 1];
+    let mut longest = 0.0f64;
+    for j in 1..=p {
+        let fjj = w(&diag_task(t, j as u64)) + row_max[j];
+        let off = w(&off_task(t, j as u64));
+        let mut col = vec![(j, fjj)];
+        for (i, rm) in row_max.iter().enumerate().skip(j + 1) {
+            col.push((i, off + rm.max(row_max[j]).max(fjj)));
         }
-        longest
-    };
-    (chain(&TaskCost::total), chain(&|c: &TaskCost| c.comp))
+        for (i, f) in col {
+            row_max[i] = row_max[i].max(f);
+            longest = longest.max(f);
+        }
+    }
+    longest
 }
 
 /// Tasks, reads and writes; edge blocks counted at their real size.
@@ -279,8 +281,22 @@ pub fn memory_per_slave(b: u64, variant: Variant, options: &Options) -> f64 {
 /// computing. For single-bag, whose slaves hold tasks while waiting on
 /// flags, the same expression is an estimate, not a proven bound; for
 /// `s ≥ N` it is capped by (3.20).
+/// The critical path with slave overlap (extension): a task on it waits
+/// for its own reads less the share the slave streams while it computes
+/// (all its inputs are committed when a dag task starts), but for all of
+/// its writes, since its successors wait for its commit, which waits for
+/// its puts: write-behind hides nothing on the critical path.
+pub fn critical_path_overlapped(t: &Primitives, p: u64, ov: crate::schedule::Overlap) -> f64 {
+    if !ov.slave {
+        return critical_paths(t, p).0;
+    }
+    let share = ov.slave_share.clamp(0.0, 1.0);
+    let hidden = |c: &TaskCost| share * (c.io() - c.put).min(c.comp);
+    chain_of(t, p, &|c: &TaskCost| c.total() - hidden(c))
+}
+
 pub(crate) fn graph_bounds(t: &Primitives, p: u64, all: &Step, s: u64, ov: crate::schedule::Overlap, variant: Variant) -> Bounds {
-    let (cp_total, cp_comp) = critical_paths(t, p);
+    let (cp_total, cp_comp) = (critical_path_overlapped(t, p, ov), critical_paths(t, p).1);
     let n = all.n_tasks();
     let t1 = all.t1(ov);
     let s_eff = s.min(n);
@@ -324,6 +340,22 @@ mod tests {
         assert!((cp - want).abs() < 1e-9, "{cp} vs {want}");
         assert!(cp_comp < cp);
         assert!((critical_paths(&t, 1).0 - diag_task(&t, 1).total()).abs() < 1e-12);
+    }
+
+    /// With slave overlap the chain drops the streamed share of each task's
+    /// reads, never its writes, and never below its compute chain.
+    #[test]
+    fn overlapped_critical_path_hides_reads_not_writes() {
+        use crate::schedule::Overlap;
+        let t = prims();
+        let (whole, comp) = critical_paths(&t, 4);
+        let none = critical_path_overlapped(&t, 4, Overlap::NONE);
+        assert_eq!(none, whole);
+        let half = critical_path_overlapped(&t, 4, Overlap { slave: true, slave_share: 0.5, ..Overlap::NONE });
+        let all = critical_path_overlapped(&t, 4, Overlap { slave: true, slave_share: 1.0, write_behind: true, ..Overlap::NONE });
+        assert!(comp < all && all < half && half < whole, "{comp} {all} {half} {whole}");
+        // Each of the 7 tasks on the p=4 chain still pays its put.
+        assert!(all >= comp + 7.0 * (t.tdput + t.tcom) - 1e-9, "{all}");
     }
 
     /// Multi-step(1) has 2p−1 steps, multi-step(2) p steps (the first
