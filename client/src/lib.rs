@@ -34,7 +34,7 @@ pub mod proto {
 }
 
 pub use client::{Action, BagStats, BlockData, BlockReader, BlockWriter, Client, Dequeue, MatrixInfo, Session, Task, CHUNK_BYTES, MAX_FRAME_BYTES, MAX_MESSAGE_BYTES};
-pub use alloc::reuse_block_buffers;
+pub use alloc::{reuse_block_buffers, BlockAllocator};
 pub use error::StoreError;
 
 /// The default address of a store node.

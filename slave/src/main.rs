@@ -5,6 +5,11 @@ use std::time::Duration;
 
 use clap::Parser;
 
+/// Blocks get mappings of their own, reused by size: the slave's peak RSS
+/// is the blocks it holds at once, not what heap fragmentation adds.
+#[global_allocator]
+static ALLOCATOR: store_client::BlockAllocator = store_client::BlockAllocator::new();
+
 #[derive(Parser)]
 #[command(name = "slave", version, about = "A stateless worker of the fault-tolerant bag of tasks")]
 struct Args {
