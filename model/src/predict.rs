@@ -265,7 +265,17 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
     let t1 = single.t1(ov);
     let longest_task = single.longest();
     let with_s = if options.shared_cpu.is_some() { shape(app, params, n, b, options, slowdown(s))? } else { free };
-    let t_s = with_s.bounds(p, s, ov);
+    let t_s = match (&with_s, &single) {
+        // Extension: the cores are shared only among the slaves that have
+        // work. A barrier step of one task (a factor, the last multiply)
+        // runs with the other slaves idle, at the one-slave slow-down.
+        (Shape::Steps(many), Shape::Steps(one)) if options.shared_cpu.is_some() => many
+            .iter()
+            .zip(one)
+            .map(|(m, o)| if m.n_tasks() == 1 { o.bounds(s, ov) } else { m.bounds(s, ov) })
+            .fold(Bounds::default(), |a, b| a + b),
+        _ => with_s.bounds(p, s, ov),
+    };
 
     let volumes = match app {
         App::Matmul => matmul::volumes(n, b, options.matmul_caching, s),
@@ -320,6 +330,34 @@ mod tests {
     /// every application (the dag Cholesky also its dependency releases, at
     /// [`DAG_RELEASE_SHARE`] of it each) and leaves the thesis's model
     /// unchanged when absent.
+    #[test]
+    fn a_step_of_one_task_runs_at_the_one_slave_slowdown() {
+        use crate::options::SharedCpu;
+        // LU's factor steps hold one task each: with two slaves sharing two
+        // cores with the store, the second slave idles through them.
+        let params = Params::thesis_fast();
+        let shared = |s: u64| Options { shared_cpu: Some(SharedCpu { cores: 2, store_share: 1.0 }), ..Options::with_slaves(s) };
+        let app = App::Lu { pivot: false };
+        let (n, b) = (3000, 300);
+        let two = predict(app, n, b, &params, &shared(2)).unwrap();
+        let one = predict(app, n, b, &params, &shared(1)).unwrap();
+        // Rebuild the sum with every step at the two-slave slow-down: the
+        // prediction must lie strictly below it, and never above one slave.
+        let p = n.div_ceil(b);
+        let opts = shared(2);
+        let k = |slaves: u64| {
+            let free = shape(app, &params, n, b, &opts, 1.0).unwrap();
+            let ov = Overlap::NONE;
+            let t = free.bounds(p, slaves, ov).lwr;
+            let busy = (free.store_busy(ov) / t).clamp(0.0, 1.0);
+            SharedCpu { cores: 2, store_share: busy }.slowdown(slaves)
+        };
+        let all_slowed = shape(app, &params, n, b, &opts, k(2)).unwrap().bounds(p, 2, Overlap::NONE).lwr + params.job_latency.unwrap_or(0.0);
+        assert!(k(2) > 1.0, "the test needs contention");
+        assert!(two.predicted < all_slowed, "{} vs {all_slowed}", two.predicted);
+        assert!(two.predicted <= one.predicted, "{} vs {}", two.predicted, one.predicted);
+    }
+
     #[test]
     fn task_overhead_adds_n_times_overhead_to_t1() {
         let base = Params::thesis_fast();
