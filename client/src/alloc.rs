@@ -142,6 +142,23 @@ unsafe impl GlobalAlloc for BlockAllocator {
         self.alloc(layout)
     }
 
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
+        if !is_block(&layout) && !is_block(&new_layout) {
+            // Growing a small buffer in place, as the system allocator can.
+            return System.realloc(ptr, layout, new_size);
+        }
+        if is_block(&layout) && is_block(&new_layout) && mapped_size(&layout) == mapped_size(&new_layout) {
+            return ptr;
+        }
+        let new = self.alloc(new_layout);
+        if !new.is_null() {
+            std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+            self.dealloc(ptr, layout);
+        }
+        new
+    }
+
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if !is_block(&layout) {
             return System.dealloc(ptr, layout);
@@ -183,6 +200,15 @@ mod tests {
             assert!(x != y && [x, y].contains(&p));
             a.dealloc(x, big);
             a.dealloc(y, big);
+            // Growing across the threshold keeps the contents, both ways.
+            let small = Layout::from_size_align(4096, 8).unwrap();
+            let g = a.alloc(small);
+            std::ptr::write_bytes(g, 7, small.size());
+            let grown = a.realloc(g, small, big.size());
+            assert!(std::slice::from_raw_parts(grown, small.size()).iter().all(|&b| b == 7));
+            let shrunk = a.realloc(grown, big, small.size());
+            assert!(std::slice::from_raw_parts(shrunk, small.size()).iter().all(|&b| b == 7));
+            a.dealloc(shrunk, small);
             // Small allocations are the system's.
             let small = Layout::from_size_align(64, 8).unwrap();
             let s = a.alloc(small);
