@@ -296,7 +296,7 @@ pub fn critical_path_overlapped(t: &Primitives, p: u64, ov: crate::schedule::Ove
 }
 
 pub(crate) fn graph_bounds(t: &Primitives, p: u64, all: &Step, s: u64, ov: crate::schedule::Overlap, variant: Variant) -> Bounds {
-    let (cp_total, cp_comp) = (critical_path_overlapped(t, p, ov), critical_paths(t, p).1);
+    let (cp_total, cp_comp) = (critical_path_overlapped(t, p, ov), chain_of(t, p, &|c: &TaskCost| c.comp));
     let n = all.n_tasks();
     let t1 = all.t1(ov);
     let s_eff = s.min(n);

@@ -128,6 +128,15 @@ pub struct Prediction {
     pub recovery: Recovery,
 }
 
+/// Compute slow-down with `slaves` slaves and the store on `c`'s cores:
+/// the store's share of the machine is `store_share` times the fraction of
+/// the unshared run (`free`) it is busy.
+fn shared_slowdown(free: &Shape, p: u64, slaves: u64, ov: Overlap, c: SharedCpu) -> f64 {
+    let t = free.bounds(p, slaves, ov).lwr;
+    let busy = if t > 0.0 { (free.store_busy(ov) / t).clamp(0.0, 1.0) } else { 0.0 };
+    SharedCpu { store_share: c.store_share * busy, ..c }.slowdown(slaves)
+}
+
 enum Shape {
     Steps(Vec<Step>),
     Graph(Primitives, Step, Variant),
@@ -242,14 +251,7 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
     // from the unshared prediction with the same slaves. (Ray tracing keeps
     // a store busy 1 % of the run; charging it a whole core made every
     // two-slave render 1.5x too slow.)
-    let shared = options.shared_cpu.map(|c| {
-        let k = |slaves: u64| {
-            let t = free.bounds(p, slaves, ov).lwr;
-            let busy = if t > 0.0 { (free.store_busy(ov) / t).clamp(0.0, 1.0) } else { 0.0 };
-            SharedCpu { store_share: c.store_share * busy, ..c }.slowdown(slaves)
-        };
-        (k(1), k(s))
-    });
+    let shared = options.shared_cpu.map(|c| (shared_slowdown(&free, p, 1, ov, c), shared_slowdown(&free, p, s, ov, c)));
     let slowdown = |k: u64| match shared {
         Some((one, many)) => {
             if k == 1 {
@@ -345,15 +347,10 @@ mod tests {
         // prediction must lie strictly below it, and never above one slave.
         let p = n.div_ceil(b);
         let opts = shared(2);
-        let k = |slaves: u64| {
-            let free = shape(app, &params, n, b, &opts, 1.0).unwrap();
-            let ov = Overlap::NONE;
-            let t = free.bounds(p, slaves, ov).lwr;
-            let busy = (free.store_busy(ov) / t).clamp(0.0, 1.0);
-            SharedCpu { cores: 2, store_share: busy }.slowdown(slaves)
-        };
-        let all_slowed = shape(app, &params, n, b, &opts, k(2)).unwrap().bounds(p, 2, Overlap::NONE).lwr + params.job_latency.unwrap_or(0.0);
-        assert!(k(2) > 1.0, "the test needs contention");
+        let free = shape(app, &params, n, b, &opts, 1.0).unwrap();
+        let k2 = shared_slowdown(&free, p, 2, Overlap::NONE, opts.shared_cpu.unwrap());
+        let all_slowed = shape(app, &params, n, b, &opts, k2).unwrap().bounds(p, 2, Overlap::NONE).lwr + params.job_latency.unwrap_or(0.0);
+        assert!(k2 > 1.0, "the test needs contention");
         assert!(two.predicted < all_slowed, "{} vs {all_slowed}", two.predicted);
         assert!(two.predicted <= one.predicted, "{} vs {}", two.predicted, one.predicted);
     }

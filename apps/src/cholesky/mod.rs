@@ -197,9 +197,8 @@ impl Run<'_> {
     /// Single-bag: announces the inputs from `seen` on whose flags are
     /// already set, stopping at the first that is not. Prefetches must
     /// follow the read order, and a read lock on a block still being
-    /// computed would hold up its writer. Before this, a single-bag task
-    /// read every input only when it needed it: two 32 MiB reads in the
-    /// open per gemm.
+    /// computed would hold up its writer. Announced inputs stream while
+    /// the task computes instead of being read in the open between kernels.
     fn look_ahead(&mut self, ctx: &mut dyn TaskCtx) -> Result<(), TaskError> {
         if self.wait.is_none() {
             return Ok(());

@@ -466,9 +466,7 @@ fn swap(job: uuid::Uuid, lu: &MatrixMeta, panels: std::ops::Range<u32>, j: u32, 
     let b = u64::from(lu.block);
     let mut swaps = Vec::new();
     for k in panels {
-        let r0 = lu.row_offset(k);
-        let piv = read_pivots(job, lu, k, ctx)?;
-        swaps.extend(piv.iter().enumerate().map(|(r, &g)| (r0 + r as u64, g)).filter(|(s, g)| s != g));
+        swaps.extend(interchanges(job, lu, k, ctx)?);
     }
     let mut blocks: BTreeMap<u32, Block> = BTreeMap::new();
     for &(s, g) in &swaps {
@@ -486,11 +484,14 @@ fn swap(job: uuid::Uuid, lu: &MatrixMeta, panels: std::ops::Range<u32>, j: u32, 
     Ok(())
 }
 
-/// Panel `k`'s interchanges (global rows, see [`pivots_key`]).
-fn read_pivots(job: uuid::Uuid, lu: &MatrixMeta, k: u32, ctx: &mut dyn TaskCtx) -> Result<Vec<u64>, TaskError> {
+/// Panel `k`'s interchanges as pairs of global rows `(s, g)`, in order,
+/// without the rows that stay (see [`pivots_key`]).
+fn interchanges(job: uuid::Uuid, lu: &MatrixMeta, k: u32, ctx: &mut dyn TaskCtx) -> Result<Vec<(u64, u64)>, TaskError> {
     let key = pivots_key(job, k);
     let raw = ctx.read_small(&key)?.ok_or_else(|| TaskError::BadSmall { key: key.clone(), reason: "missing".into() })?;
-    decode_pivots(&key, &raw, lu, k).map_err(|reason| TaskError::BadSmall { key: key.clone(), reason })
+    let piv = decode_pivots(&key, &raw, lu, k).map_err(|reason| TaskError::BadSmall { key: key.clone(), reason })?;
+    let r0 = lu.row_offset(k);
+    Ok(piv.into_iter().enumerate().map(|(r, g)| (r0 + r as u64, g)).filter(|(s, g)| s != g).collect())
 }
 
 /// Swaps global rows `s ↔ g`, pair after pair, in a block column held as

@@ -15,7 +15,7 @@
 //! The panel of `k + 1` is released by the update of column `k + 1` alone,
 //! so it runs beside the rest of step `k`'s updates (lookahead).
 
-use super::{interchange_rows, read_pivots, LuTask};
+use super::{interchange_rows, interchanges, LuTask};
 use crate::block::{Block, MatrixMeta};
 use crate::ctx::TaskCtx;
 use crate::job::{self, Plan, PlannedBag, TaskError};
@@ -79,9 +79,7 @@ pub(super) fn update(job: uuid::Uuid, a: &MatrixMeta, lu: &MatrixMeta, k: u32, j
         let blk = if k == 0 { job::read_checked(ctx, a, t, j)? } else { job::read_for_update(ctx, lu, t, j)? };
         column.insert(t, blk);
     }
-    let r0 = lu.row_offset(k);
-    let swaps: Vec<(u64, u64)> =
-        read_pivots(job, lu, k, ctx)?.iter().enumerate().map(|(r, &g)| (r0 + r as u64, g)).filter(|(s, g)| s != g).collect();
+    let swaps = interchanges(job, lu, k, ctx)?;
     interchange_rows(&mut column, u64::from(lu.block), &swaps);
     let mut u = column.remove(&k).expect("block row k was read");
     let d = job::read_checked(ctx, lu, k, k)?;
