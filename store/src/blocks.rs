@@ -176,9 +176,8 @@ impl Node {
         debug_assert!(value.len() >= HEADER_LEN);
         let k = ObjKey::Block(key);
         self.acquire(action, &k, LockMode::Overwrite).await?;
-        let version = Uuid::new_v4();
         let db = self.db.clone();
-        tokio::task::spawn_blocking(move || db.stage_version(version, &value))
+        let version = tokio::task::spawn_blocking(move || db.stage_version(&value))
             .await
             .map_err(|e| StoreError::Storage { what: e.to_string() })??;
         match self.set_tentative(action, k, Tentative::Block(version)) {

@@ -49,6 +49,8 @@ pub(crate) struct Db {
     /// Queue of the group committer; `None` once dropped.
     commits: Option<mpsc::Sender<CommitJob>>,
     committer: Option<JoinHandle<()>>,
+    /// Refills the spare block files (see `files.rs`).
+    spares: Option<JoinHandle<()>>,
 }
 
 /// One top-level commit waiting for the group committer.
@@ -65,6 +67,10 @@ impl Drop for Db {
     fn drop(&mut self) {
         self.commits = None;
         if let Some(t) = self.committer.take() {
+            let _ = t.join();
+        }
+        self.files.stop_spares();
+        if let Some(t) = self.spares.take() {
             let _ = t.join();
         }
     }
@@ -121,9 +127,10 @@ impl Db {
             // Fails only when the process cannot make threads at all (as
             // `std::thread::spawn` would panic); the node could not run.
             .expect("cannot start the store's commit thread");
-        let db = Arc::new(Db { db: raw, files, commits: Some(tx), committer: Some(committer) });
+        let mut db = Db { db: raw, files, commits: Some(tx), committer: Some(committer), spares: None };
         let recovered = db.recover()?;
-        Ok((db, recovered))
+        db.spares = Some(db.files.start_spares().map_err(|e| crate::files::io_error(e, || "starting the spare block files' thread".into()))?);
+        Ok((Arc::new(db), recovered))
     }
 
     fn blocks(&self) -> &rocksdb::ColumnFamily {
@@ -155,6 +162,7 @@ impl Db {
         }
         let n_garbage_versions =
             self.files.sweep(&committed).map_err(|e| crate::files::io_error(e, || "sweeping uncommitted block versions".into()))?;
+        self.files.refill()?;
         let mut queue = Vec::new();
         for item in self.db.prefix_iterator(b"Q") {
             let (k, v) = item.map_err(storage_error)?;
@@ -245,9 +253,10 @@ impl Db {
         self.files.open_version(version, what)
     }
 
-    /// Writes a new block version, synced; a commit makes it current.
-    pub(crate) fn stage_version(&self, version: Uuid, value: &[u8]) -> Result<(), StoreError> {
-        self.files.write(version, value)
+    /// Writes a new block version, synced; returns its id. A commit makes
+    /// it current.
+    pub(crate) fn stage_version(&self, value: &[u8]) -> Result<Uuid, StoreError> {
+        self.files.write(value)
     }
 
     /// Drops staged versions of aborted or superseded writes.
@@ -310,13 +319,11 @@ fn run_committer(db: &DB, files: &BlockFiles, jobs: mpsc::Receiver<CommitJob>) {
         let mut batch = WriteBatch::default();
         let mut waiting = Vec::with_capacity(group.len());
         let mut replaced = Vec::new();
-        let mut new_files = false;
         for job in group {
             // A commit whose old block versions cannot be read fails alone,
             // before any of it is in the batch.
             match add_commit(db, &mut batch, &job.writes, &job.queue) {
                 Ok(old) => {
-                    new_files |= job.writes.iter().any(|(k, _)| matches!(k, ObjKey::Block(_)));
                     replaced.extend(old);
                     waiting.push(job.done);
                 }
@@ -329,8 +336,7 @@ fn run_committer(db: &DB, files: &BlockFiles, jobs: mpsc::Receiver<CommitJob>) {
             continue;
         }
         // The new versions' directory entries before the pointers to them.
-        let synced_dir = if new_files { files.sync_dir() } else { Ok(()) };
-        let result = synced_dir.and_then(|()| db.write_opt(batch, &synced()).map_err(storage_error));
+        let result = files.sync_dir_if_needed().and_then(|()| db.write_opt(batch, &synced()).map_err(storage_error));
         if result.is_ok() {
             files.remove(&replaced);
         }
