@@ -60,6 +60,16 @@ pub(crate) struct Args {
     /// slave, whose writes all do).
     #[arg(long)]
     no_write_behind: bool,
+    /// Extension: the slaves run on the store node's machine and read
+    /// blocks from its files themselves (the local data plane), so a read's
+    /// transfer is the slave's time, not the store node's serialised time.
+    #[arg(long)]
+    slave_reads: bool,
+    /// Extension: Cholesky's diagonal task updates with dsyrk (b³ flop per
+    /// block of its row, this implementation), not a full multiply (2b³,
+    /// the source).
+    #[arg(long)]
+    diagonal_syrk: bool,
     /// Store nodes.
     #[arg(long, default_value_t = 1)]
     store_nodes: u64,
@@ -225,6 +235,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         slave_overlap: args.overlap,
         slave_overlap_share: args.overlap_share,
         write_behind: !args.no_write_behind,
+        slave_reads: args.slave_reads,
+        diagonal_syrk: args.diagonal_syrk,
         store_nodes: args.store_nodes,
         shared_cpu: args.cores.map(|cores| SharedCpu { cores, store_share: 1.0 }),
         use_bsp: args.bsp,

@@ -214,6 +214,21 @@ struct KernelSweep {
     solve: Vec<Point>,
     factor: Vec<Point>,
     lu: Vec<Point>,
+    syrk: Vec<Point>,
+}
+
+impl KernelSweep {
+    /// The measured points as the model's kernel curves.
+    fn curves(&self) -> model::KernelCurves {
+        let pts = |v: &[Point]| v.iter().map(|p| [p.units, p.secs]).collect();
+        model::KernelCurves {
+            multiply: pts(&self.multiply),
+            solve: pts(&self.solve),
+            factor: pts(&self.factor),
+            lu: pts(&self.lu),
+            syrk: pts(&self.syrk),
+        }
+    }
 }
 
 /// The kernel sweep `passes` times over; each size keeps its fastest pass.
@@ -230,7 +245,7 @@ fn sweep_kernels_best_of(sizes: &[usize], min_secs: f64, passes: usize) -> Kerne
             }
         }
     };
-    let mut k = KernelSweep { multiply: vec![], solve: vec![], factor: vec![], lu: vec![] };
+    let mut k = KernelSweep { multiply: vec![], solve: vec![], factor: vec![], lu: vec![], syrk: vec![] };
     for pass in 0..passes.max(1) {
         eprintln!("kernel sweep, pass {} of {passes}", pass + 1);
         let s = sweep_kernels(sizes, min_secs);
@@ -238,12 +253,13 @@ fn sweep_kernels_best_of(sizes: &[usize], min_secs: f64, passes: usize) -> Kerne
         best(&mut k.solve, s.solve);
         best(&mut k.factor, s.factor);
         best(&mut k.lu, s.lu);
+        best(&mut k.syrk, s.syrk);
     }
     k
 }
 
 fn sweep_kernels(sizes: &[usize], min_secs: f64) -> KernelSweep {
-    let mut k = KernelSweep { multiply: vec![], solve: vec![], factor: vec![], lu: vec![] };
+    let mut k = KernelSweep { multiply: vec![], solve: vec![], factor: vec![], lu: vec![], syrk: vec![] };
     for &b in sizes {
         let bf = b as f64;
         let (a, bb) = (random_block(b, 1), random_block(b, 2));
@@ -263,17 +279,21 @@ fn sweep_kernels(sizes: &[usize], min_secs: f64) -> KernelSweep {
         let t_lu = time_kernel(min_secs, || spd.clone(), |x| {
             let _ = kernels::getrf(x);
         });
+        // Cholesky's diagonal update: C −= A·Aᵀ, lower triangle, b³ flop.
+        let t_syrk = time_kernel(min_secs, || random_block(b, 5), |c| kernels::syrk_lower(-1.0, &a, 1.0, c));
         let cube = bf * bf * bf;
+        k.syrk.push(Point { units: cube, secs: t_syrk });
         k.multiply.push(Point { units: 2.0 * cube, secs: t_mult });
         k.solve.push(Point { units: cube, secs: t_solve });
         k.factor.push(Point { units: cube / 3.0, secs: t_chol });
         k.lu.push(Point { units: 2.0 * cube / 3.0, secs: t_lu });
         eprintln!(
-            "kernels b={b:>5}: gemm {:>7.2} Gflop/s  trsm {:>7.2}  potrf {:>7.2}  getrf {:>7.2}",
+            "kernels b={b:>5}: gemm {:>7.2} Gflop/s  trsm {:>7.2}  potrf {:>7.2}  getrf {:>7.2}  syrk {:>7.2}",
             2.0 * cube / t_mult / 1e9,
             cube / t_solve / 1e9,
             cube / 3.0 / t_chol / 1e9,
-            2.0 * cube / 3.0 / t_lu / 1e9
+            2.0 * cube / 3.0 / t_lu / 1e9,
+            cube / t_syrk / 1e9
         );
     }
     k
@@ -554,6 +574,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         ray_pixel_rate: Some(ray),
         task_overhead: Some(st.task_overhead),
         job_latency: latency,
+        // Beside the fits: the kernels' rates keep rising with b over
+        // the sizes jobs use, which one bandwidth cannot follow.
+        kernels: Some(k.curves()),
     };
     params.validate()?;
     std::fs::write(&args.out, params.to_toml_string()?).with_context(|| format!("writing {}", args.out.display()))?;

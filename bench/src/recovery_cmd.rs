@@ -64,6 +64,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         slave_overlap: true,
         slave_overlap_share: model::ONE_BLOCK_AHEAD_OF_PAIRS,
         write_behind: true,
+        slave_reads: true,
+        diagonal_syrk: true,
         pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
         ..Options::with_slaves(slaves)
     };

@@ -30,14 +30,16 @@ fn ops(t: &Primitives) -> f64 {
 }
 
 /// Cost of the diagonal task `(j,j)` (A.11):
-/// `j·tget + (j−1)(tmult+tsub) + tchol + tput`.
+/// `j·tget + (j−1)(tmult+tsub) + tchol + tput`, with `tdiag_update` for
+/// `tmult` (a dsyrk under [`Options::diagonal_syrk`]).
 pub fn diag_task(t: &Primitives, j: u64) -> TaskCost {
     let jf = j as f64;
     TaskCost {
         disk: jf * t.tdget + t.tdput,
         net: (jf + 1.0) * t.tcom,
-        comp: (jf - 1.0) * ops(t) + t.tchol,
+        comp: (jf - 1.0) * (t.tdiag_update + t.tsub()) + t.tchol,
         put: t.tdput + t.tcom,
+        at_slave: jf * t.tcom_at_slave,
     }
 }
 
@@ -50,6 +52,7 @@ pub fn off_task(t: &Primitives, j: u64) -> TaskCost {
         net: (2.0 * jf + 1.0) * t.tcom,
         comp: (jf - 1.0) * ops(t) + t.tsolve,
         put: t.tdput + t.tcom,
+        at_slave: 2.0 * jf * t.tcom_at_slave,
     }
 }
 
@@ -176,6 +179,7 @@ pub fn steps(t: &Primitives, p: u64, variant: Variant) -> Vec<Step> {
                     net: o.net + d.net,
                     comp: o.comp + d.comp,
                     put: o.put + d.put,
+                    at_slave: o.at_slave + d.at_slave,
                 });
                 st.push(p - j - 1, o);
                 steps.push(st);

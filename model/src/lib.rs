@@ -23,7 +23,13 @@
 //! double buffering and slave overlap (§5.5 as options of every app), the
 //! store node sharing the slaves' CPUs ([`SharedCpu`]), BSP `g`/`l` for the
 //! network cost, cached puts, per-task ray-tracing overheads, an upper
-//! bound on `T_s` for `s < N`, and the dag Cholesky variant.
+//! bound on `T_s` for `s < N`, the dag Cholesky variant, write-behind,
+//! slaves that read blocks from the store's files themselves
+//! ([`Options::slave_reads`]: not the store's serialised time, but CPU all
+//! the same), dsyrk diagonal updates ([`Options::diagonal_syrk`]), and
+//! kernels timed from measured curves by size ([`curves`], when the
+//! parameter file has them). The dag's critical path runs at the one-slave
+//! CPU slow-down.
 //!
 //! # Example
 //!
@@ -43,6 +49,7 @@
 //! ```
 
 pub mod cholesky;
+pub mod curves;
 mod error;
 pub mod lu;
 pub mod matmul;
@@ -57,6 +64,7 @@ pub mod sweep;
 mod volumes;
 
 pub use cholesky::Variant;
+pub use curves::{Kernel, KernelCurves};
 pub use error::{ModelError, ParamsError};
 pub use options::{CholeskyCaching, MatmulCaching, Options, SharedCpu};
 pub use params::{Bsp, Params, Piecewise, ELEMENT_BYTES, IMPLEMENTATION_PIXEL_BYTES, MB, ONE_BLOCK_AHEAD_OF_PAIRS, MFLOP, PIXEL_BYTES, THESIS_RAY_PIXEL_RATE};

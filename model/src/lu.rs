@@ -22,6 +22,7 @@ fn task(t: &Primitives, gets: f64, puts: f64, comp: f64) -> TaskCost {
         net: (gets + puts) * t.tcom,
         comp,
         put: puts * (t.tdput + t.tcom),
+        at_slave: gets * t.tcom_at_slave,
     }
 }
 

@@ -123,6 +123,7 @@ pub fn steps(t: &Primitives, p: u64, b: u64, options: &Options) -> Vec<Step> {
         net: (rc.n2 + rc.n3) / tasks * t.tcom + t.tcom,
         comp: pf * (t.tmult + t.tadd),
         put: t.tdput + t.tcom,
+        at_slave: (rc.n2 + rc.n3) / tasks * t.tcom_at_slave,
     };
     let mut step = Step::default();
     step.push(p * p, cost);

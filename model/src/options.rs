@@ -98,6 +98,18 @@ pub struct Options {
     /// `slave_overlap_share` says of the reads.
     #[serde(default)]
     pub write_behind: bool,
+    /// Slaves on the store node's machine read blocks themselves
+    /// (extension; this implementation's local data plane passes the
+    /// version file's descriptor): a read's transfer (`C`) is the slave's
+    /// time, in parallel over the slaves and on their CPUs, not the store
+    /// node's serialised time. Writes still cross the store node.
+    #[serde(default)]
+    pub slave_reads: bool,
+    /// Cholesky's diagonal task updates its block with dsyrk, `b³` flop
+    /// per block of its row, half a multiply's (extension; this
+    /// implementation). The thesis charged a multiply (A.11).
+    #[serde(default)]
+    pub diagonal_syrk: bool,
     /// `v`, the number of store nodes: divides the store's busy time in the
     /// lower bounds (§5.4) and adds buffers in the memory rules (5.7–5.17).
     pub store_nodes: u64,
@@ -133,6 +145,8 @@ impl Default for Options {
             slave_overlap: false,
             slave_overlap_share: 1.0,
             write_behind: false,
+            slave_reads: false,
+            diagonal_syrk: false,
             store_nodes: 1,
             shared_cpu: None,
             use_bsp: false,

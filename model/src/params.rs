@@ -30,6 +30,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::curves::{Kernel, KernelCurves};
 use crate::error::ParamsError;
 
 /// One piecewise-linear parameter: `cost(x) = max(x, threshold) / bandwidth`.
@@ -146,6 +147,11 @@ pub struct Params {
     /// `bench params` as the run time of a job of one empty task. Absent: 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_latency: Option<f64>,
+    /// Extension: the kernels' measured times by size
+    /// ([`crate::curves`]); when a kernel has a curve, it is used instead
+    /// of its piecewise rate. Absent: the thesis's piecewise rates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<KernelCurves>,
 }
 
 /// MB as the thesis uses it: 10⁶ bytes.
@@ -196,6 +202,7 @@ impl Params {
             ray_pixel_rate: None,
             task_overhead: None,
             job_latency: None,
+            kernels: None,
         }
     }
 
@@ -247,6 +254,21 @@ impl Params {
         self.add.unwrap_or(self.multiply)
     }
 
+    /// Seconds `kernel` takes for `flop`: from its measured curve if there
+    /// is one, else from its piecewise rate (dsyrk at `P`, dgetrf at the
+    /// factor rate).
+    pub fn kernel_time(&self, kernel: Kernel, flop: f64) -> f64 {
+        if let Some(curve) = self.kernels.as_ref().map(|k| k.of(kernel)).filter(|c| !c.is_empty()) {
+            return crate::curves::interpolate(curve, flop);
+        }
+        let rate = match kernel {
+            Kernel::Multiply | Kernel::Syrk => self.multiply,
+            Kernel::Solve => self.solve_rate(),
+            Kernel::Factor | Kernel::Lu => self.factor_rate(),
+        };
+        rate.cost(flop)
+    }
+
     /// Ray tracing pixel rate, the thesis's when not given.
     pub fn ray_rate(&self) -> f64 {
         self.ray_pixel_rate.unwrap_or(THESIS_RAY_PIXEL_RATE)
@@ -289,6 +311,9 @@ impl Params {
                     reason: "must be finite and >= 0",
                 });
             }
+        }
+        if let Some(k) = &self.kernels {
+            k.validate()?;
         }
         if let Some(r) = self.ray_pixel_rate {
             if !(r.is_finite() && r > 0.0) {

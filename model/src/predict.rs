@@ -130,10 +130,11 @@ pub struct Prediction {
 
 /// Compute slow-down with `slaves` slaves and the store on `c`'s cores:
 /// the store's share of the machine is `store_share` times the fraction of
-/// the unshared run (`free`) it is busy.
+/// the unshared run (`free`) that transfers keep a core busy (the store's,
+/// and the reads slaves make themselves).
 fn shared_slowdown(free: &Shape, p: u64, slaves: u64, ov: Overlap, c: SharedCpu) -> f64 {
     let t = free.bounds(p, slaves, ov).lwr;
-    let busy = if t > 0.0 { (free.store_busy(ov) / t).clamp(0.0, 1.0) } else { 0.0 };
+    let busy = if t > 0.0 { (free.transfer_cpu(ov) / t).clamp(0.0, 1.0) } else { 0.0 };
     SharedCpu { store_share: c.store_share * busy, ..c }.slowdown(slaves)
 }
 
@@ -221,6 +222,17 @@ impl Shape {
             Shape::Graph(_, all, _) => all.store_busy(ov),
         }
     }
+
+    /// CPU time of transfers beside the slaves' compute: the store's busy
+    /// time and the reads the slaves make themselves (they are not the
+    /// store's serialised time, but they take a core all the same).
+    fn transfer_cpu(&self, ov: Overlap) -> f64 {
+        let slaves = match self {
+            Shape::Steps(steps) => steps.iter().map(Step::slave_transfers).sum(),
+            Shape::Graph(_, all, _) => all.slave_transfers(),
+        };
+        self.store_busy(ov) + slaves
+    }
 }
 
 /// Predicts a run of `app` on an `n`-sized problem with blocks (or grains)
@@ -276,6 +288,10 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
             .zip(one)
             .map(|(m, o)| if m.n_tasks() == 1 { o.bounds(s, ov) } else { m.bounds(s, ov) })
             .fold(Bounds::default(), |a, b| a + b),
+        // Extension: the chain of dependent tasks runs at the one-slave
+        // slow-down. While it is the only work, the other slaves idle and
+        // the cores are not shared; a lower bound takes the faster case.
+        (Shape::Graph(_, all, v), Shape::Graph(one, _, _)) if options.shared_cpu.is_some() => cholesky::graph_bounds(one, p, all, s, ov, *v),
         _ => with_s.bounds(p, s, ov),
     };
 

@@ -1,5 +1,6 @@
 //! Block primitives (thesis Table 3.2, eqs. 4.1–4.3, non-square 5.21–5.22).
 
+use crate::curves::Kernel;
 use crate::error::ModelError;
 use crate::options::Options;
 use crate::params::{Params, ELEMENT_BYTES};
@@ -20,6 +21,9 @@ pub struct Primitives {
     pub tdput: f64,
     /// Network part of moving one block between store and slave.
     pub tcom: f64,
+    /// Of a read's `tcom`, what the slave does itself and the store node
+    /// does not serialise: `tcom` with [`Options::slave_reads`], else 0.
+    pub tcom_at_slave: f64,
     /// `tget = 8b₁b₂(1/Dget + 1/C)` (4.3, 5.22).
     pub tget: f64,
     /// A read served from the store node's memory: `tdget_cached + tcom`.
@@ -35,8 +39,13 @@ pub struct Primitives {
     /// `tchol = b³/(3P)` (4.1), square blocks only.
     pub tchol: f64,
     /// `tlu = 2b³/(3P)`: the thesis leaves `tlu` unstated; this is the LU
-    /// flop count of a b×b block at `P` (consistent with `tchol`).
+    /// flop count of a b×b block at `P` (consistent with `tchol`), or the
+    /// measured dgetrf curve.
     pub tlu: f64,
+    /// Cholesky's update of a diagonal block by one block of its row:
+    /// `tmult` in the thesis (A.11), a dsyrk of `b³` flop with
+    /// [`Options::diagonal_syrk`] (extension).
+    pub tdiag_update: f64,
 }
 
 impl Primitives {
@@ -78,14 +87,20 @@ impl Primitives {
             tdget_cached,
             tdput,
             tcom,
+            tcom_at_slave: if options.slave_reads { tcom } else { 0.0 },
             tget: tdget + tcom,
             tget_cached: tdget_cached + tcom,
             tput: tdput + tcom,
-            tmult: params.multiply.cost(2.0 * x * x * y),
+            tmult: params.kernel_time(Kernel::Multiply, 2.0 * x * x * y),
             tadd: params.add_rate().cost(x * y),
-            tsolve: params.solve_rate().cost(cube),
-            tchol: params.factor_rate().cost(cube / 3.0),
-            tlu: params.factor_rate().cost(2.0 * cube / 3.0),
+            tsolve: params.kernel_time(Kernel::Solve, cube),
+            tchol: params.kernel_time(Kernel::Factor, cube / 3.0),
+            tlu: params.kernel_time(if params.kernels.is_some() { Kernel::Lu } else { Kernel::Factor }, 2.0 * cube / 3.0),
+            tdiag_update: if options.diagonal_syrk {
+                params.kernel_time(Kernel::Syrk, x * x * y)
+            } else {
+                params.kernel_time(Kernel::Multiply, 2.0 * x * x * y)
+            },
         })
     }
 
@@ -103,6 +118,7 @@ impl Primitives {
             tsolve: self.tsolve * factor,
             tchol: self.tchol * factor,
             tlu: self.tlu * factor,
+            tdiag_update: self.tdiag_update * factor,
             ..*self
         }
     }
@@ -140,6 +156,33 @@ mod tests {
         let t = Primitives::rect(&p, 200, 800, &Options::default()).unwrap();
         assert!((t.tmult - 2.0 * 200.0 * 200.0 * 800.0 / 27e6).abs() < 1e-12);
         assert!((t.tadd - 200.0 * 800.0 / 27e6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn measured_kernel_curves_replace_the_piecewise_rates() {
+        let b = 512.0f64;
+        let cube = b * b * b;
+        let mut params = Params::thesis_fast();
+        let piecewise = Primitives::square(&params, 512, &Options::default()).unwrap();
+        params.kernels = Some(crate::KernelCurves {
+            multiply: vec![[2.0 * cube / 8.0, 1e-3], [2.0 * cube, 6e-3]],
+            solve: vec![[cube, 5e-3]],
+            syrk: vec![[cube, 3.5e-3]],
+            ..Default::default()
+        });
+        let t = Primitives::square(&params, 512, &Options::default()).unwrap();
+        assert_eq!(t.tmult, 6e-3);
+        assert_eq!(t.tsolve, 5e-3);
+        // No factor curve: the piecewise rate stays.
+        assert_eq!(t.tchol, piecewise.tchol);
+        // The thesis's diagonal update is a multiply; this implementation's a dsyrk.
+        assert_eq!(t.tdiag_update, t.tmult);
+        let syrk = Primitives::square(&params, 512, &Options { diagonal_syrk: true, ..Options::default() }).unwrap();
+        assert_eq!(syrk.tdiag_update, 3.5e-3);
+        // Without a curve dsyrk runs at P: half a multiply's flop.
+        params.kernels = None;
+        let half = Primitives::square(&params, 512, &Options { diagonal_syrk: true, ..Options::default() }).unwrap();
+        assert!((half.tdiag_update - half.tmult / 2.0).abs() < 1e-12);
     }
 
     #[test]

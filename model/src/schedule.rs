@@ -29,6 +29,10 @@ pub struct TaskCost {
     /// Of `disk + net`, the task's writes: with write-behind they run
     /// while the slave computes on (extension).
     pub put: f64,
+    /// Of `net`, the reads the slave moves itself
+    /// ([`crate::Options::slave_reads`]): the slave's time, not serialised
+    /// at the store (extension).
+    pub at_slave: f64,
 }
 
 impl TaskCost {
@@ -163,14 +167,20 @@ impl Step {
         self.map_costs(|c| TaskCost { disk: c.disk + share * overhead, comp: c.comp + (1.0 - share) * overhead, ..c })
     }
 
-    /// Store busy time, a lower bound on the step (3.3, 5.6, §5.4).
+    /// Store busy time, a lower bound on the step (3.3, 5.6, §5.4); reads
+    /// the slaves move themselves are not the store's.
     pub fn store_busy(&self, ov: Overlap) -> f64 {
         let busy = if ov.server {
-            self.sum(|c| c.disk).max(self.sum(|c| c.net))
+            self.sum(|c| c.disk).max(self.sum(|c| c.net - c.at_slave))
         } else {
-            self.io()
+            self.sum(|c| c.io() - c.at_slave)
         };
         busy / ov.store_nodes.max(1) as f64
+    }
+
+    /// Transfers the slaves make themselves ([`TaskCost::at_slave`]).
+    pub fn slave_transfers(&self) -> f64 {
+        self.sum(|c| c.at_slave)
     }
 
     /// Single-slave time (3.8), or with slave overlap (§5.5.2)
@@ -227,7 +237,7 @@ mod tests {
 
     fn step(n: u64, get: f64, comp: f64) -> Step {
         let mut s = Step::default();
-        s.push(n, TaskCost { disk: get, net: 0.0, comp, put: 0.0 });
+        s.push(n, TaskCost { disk: get, comp, ..TaskCost::default() });
         s
     }
 
@@ -251,7 +261,7 @@ mod tests {
     #[test]
     fn double_buffering_takes_the_larger_of_disk_and_network() {
         let mut st = Step::default();
-        st.push(4, TaskCost { disk: 2.0, net: 1.0, comp: 0.0, put: 0.0 });
+        st.push(4, TaskCost { disk: 2.0, net: 1.0, ..TaskCost::default() });
         assert_eq!(st.store_busy(Overlap::NONE), 12.0);
         assert_eq!(st.store_busy(Overlap { server: true, ..Overlap::NONE }), 8.0);
     }
@@ -260,7 +270,7 @@ mod tests {
     fn write_behind_hides_every_write_and_the_share_of_the_reads() {
         let mut st = Step::default();
         // Per task: reads 1.0 s, writes 0.5 s (both in disk), compute 2.0 s.
-        st.push(10, TaskCost { disk: 1.5, net: 0.0, comp: 2.0, put: 0.5 });
+        st.push(10, TaskCost { disk: 1.5, comp: 2.0, put: 0.5, ..TaskCost::default() });
         let half = Overlap { slave: true, slave_share: 0.5, ..Overlap::NONE };
         // Hidden: half of all 15 s of transfers; 20 + 7.5.
         assert_eq!(st.t1(half), 27.5);
@@ -268,6 +278,21 @@ mod tests {
         assert_eq!(st.t1(Overlap { write_behind: true, ..half }), 25.0);
         // Without slave overlap nothing is hidden.
         assert_eq!(st.t1(Overlap { write_behind: true, ..Overlap::NONE }), 35.0);
+    }
+
+    #[test]
+    fn reads_the_slaves_move_are_not_the_stores_busy_time() {
+        let mut st = Step::default();
+        // Per task: 0.25 s disk, 1.0 s of transfers of which 0.75 s reads the slave moves.
+        st.push(8, TaskCost { disk: 0.25, net: 1.0, comp: 0.5, put: 0.25, at_slave: 0.75 });
+        assert_eq!(st.store_busy(Overlap::NONE), 4.0);
+        assert_eq!(st.store_busy(Overlap { server: true, ..Overlap::NONE }), 2.0);
+        // One slave still waits for its own reads.
+        assert_eq!(st.t1(Overlap::NONE), 14.0);
+        // Eight slaves: the store no longer bounds the step; each slave's task does.
+        assert_eq!(st.bounds(8, Overlap::NONE).lwr, 4.0_f64.max(14.0 / 8.0).max(1.75));
+        let without = Step { classes: vec![TaskClass { count: 8, cost: TaskCost { at_slave: 0.0, ..st.classes[0].cost } }] };
+        assert_eq!(without.bounds(8, Overlap::NONE).lwr, 10.0);
     }
 
     #[test]

@@ -20,6 +20,8 @@ const INF: Options = Options {
     slave_overlap: false,
     slave_overlap_share: 1.0,
     write_behind: false,
+    slave_reads: false,
+    diagonal_syrk: false,
     store_nodes: 1,
     shared_cpu: None,
     use_bsp: false,

@@ -94,10 +94,12 @@ fn params_strategy() -> impl Strategy<Value = Params> {
 }
 
 fn options_strategy() -> impl Strategy<Value = Options> {
-    (any::<bool>(), any::<bool>(), 1u64..=3).prop_map(|(server, slave, v)| Options {
+    (any::<bool>(), any::<bool>(), 1u64..=3, any::<bool>(), any::<bool>()).prop_map(|(server, slave, v, slave_reads, syrk)| Options {
         server_double_buffer: server,
         slave_overlap: slave,
         store_nodes: v,
+        slave_reads,
+        diagonal_syrk: syrk,
         ..Options::default()
     })
 }

@@ -1,0 +1,129 @@
+//! Measured kernel times by size (extension).
+//!
+//! The thesis's kernels ran at one rate above a small threshold, which the
+//! piecewise-linear form `max(x, threshold)/bandwidth` captures. Today's
+//! BLAS kernels keep speeding up with the block size over the whole range
+//! jobs use: single-threaded dtrsm here ran 24 GFlop/s at b = 128 and 39.5
+//! at b = 1024, so one bandwidth fitted over that range made a b = 1024
+//! solve 24 % too slow, and every b = 1024 Cholesky and LU prediction
+//! 15–19 % too slow on one slave. `bench params` therefore also keeps the
+//! measured points of its kernel sweep; a kernel's time is interpolated
+//! from them (linearly in log time over log size), at the nearest end
+//! point's rate outside them. Without curves the piecewise form is used,
+//! as in the thesis.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ParamsError;
+
+/// A compute kernel of the block primitives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    /// `C += A·B` (dgemm): `2b³` flop.
+    Multiply,
+    /// Triangular solve (dtrsm): `b³` flop.
+    Solve,
+    /// Cholesky factor of a block (dpotrf): `b³/3` flop.
+    Factor,
+    /// LU factor of a block (dgetrf): `2b³/3` flop.
+    Lu,
+    /// Symmetric rank-b update of a diagonal block (dsyrk): `b³` flop.
+    Syrk,
+}
+
+/// Measured `[flop, seconds]` points per kernel, by increasing flop.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct KernelCurves {
+    /// dgemm.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub multiply: Vec<[f64; 2]>,
+    /// dtrsm.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub solve: Vec<[f64; 2]>,
+    /// dpotrf.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub factor: Vec<[f64; 2]>,
+    /// dgetrf.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lu: Vec<[f64; 2]>,
+    /// dsyrk.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub syrk: Vec<[f64; 2]>,
+}
+
+impl KernelCurves {
+    /// The curve of `k`; empty if it was not measured.
+    pub fn of(&self, k: Kernel) -> &[[f64; 2]] {
+        match k {
+            Kernel::Multiply => &self.multiply,
+            Kernel::Solve => &self.solve,
+            Kernel::Factor => &self.factor,
+            Kernel::Lu => &self.lu,
+            Kernel::Syrk => &self.syrk,
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ParamsError> {
+        for (name, k) in [("multiply", Kernel::Multiply), ("solve", Kernel::Solve), ("factor", Kernel::Factor), ("lu", Kernel::Lu), ("syrk", Kernel::Syrk)] {
+            let curve = self.of(k);
+            for (i, &[x, t]) in curve.iter().enumerate() {
+                let bad = |value: f64, reason: &'static str| ParamsError::Invalid { name: format!("kernels.{name}[{i}]"), value, reason };
+                if !(x.is_finite() && x > 0.0) {
+                    return Err(bad(x, "flop must be finite and > 0"));
+                }
+                if !(t.is_finite() && t > 0.0) {
+                    return Err(bad(t, "seconds must be finite and > 0"));
+                }
+                if i > 0 && x <= curve[i - 1][0] {
+                    return Err(bad(x, "points must be in increasing flop"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Seconds for `flop` on a validated, non-empty curve.
+pub(crate) fn interpolate(curve: &[[f64; 2]], flop: f64) -> f64 {
+    let (first, last) = (curve[0], curve[curve.len() - 1]);
+    if flop <= first[0] {
+        return first[1] * flop / first[0];
+    }
+    if flop >= last[0] {
+        return last[1] * flop / last[0];
+    }
+    let i = curve.partition_point(|p| p[0] <= flop).clamp(1, curve.len() - 1);
+    let ([x0, t0], [x1, t1]) = (curve[i - 1], curve[i]);
+    let w = (flop.ln() - x0.ln()) / (x1.ln() - x0.ln());
+    (t0.ln() + w * (t1.ln() - t0.ln())).exp()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn points_are_hit_exactly_and_ends_keep_their_rate() {
+        let c = [[1e6, 1e-4], [8e6, 4e-4], [64e6, 1.6e-3]];
+        for [x, t] in c {
+            assert!((interpolate(&c, x) / t - 1.0).abs() < 1e-12);
+        }
+        // Between points: log-log, so a power law between them is exact.
+        let mid = interpolate(&c, 2.828_427_124_746_19e6);
+        assert!((mid / 2e-4 - 1.0).abs() < 1e-9, "{mid}");
+        // Beyond the last point: its rate (4e10 flop/s).
+        assert!((interpolate(&c, 128e6) - 3.2e-3).abs() < 1e-15);
+        // Below the first: its rate (1e10 flop/s).
+        assert!((interpolate(&c, 5e5) - 5e-5).abs() < 1e-15);
+    }
+
+    #[test]
+    fn bad_curves_are_refused() {
+        let mut k = KernelCurves { solve: vec![[1e6, 1e-4], [1e6, 2e-4]], ..KernelCurves::default() };
+        assert!(matches!(k.validate(), Err(ParamsError::Invalid { .. })));
+        k.solve = vec![[1e6, -1.0]];
+        assert!(k.validate().is_err());
+        k.solve = vec![[1e6, 1e-4], [2e6, 1.5e-4]];
+        assert!(k.validate().is_ok());
+    }
+}
