@@ -299,8 +299,23 @@ pub fn critical_path_overlapped(t: &Primitives, p: u64, ov: crate::schedule::Ove
     chain_of(t, p, &|c: &TaskCost| c.total() - hidden(c))
 }
 
-pub(crate) fn graph_bounds(t: &Primitives, p: u64, all: &Step, s: u64, ov: crate::schedule::Overlap, variant: Variant) -> Bounds {
-    let (cp_total, cp_comp) = (critical_path_overlapped(t, p, ov), chain_of(t, p, &|c: &TaskCost| c.comp));
+/// `chain_overhead`: seconds each task on the critical path pays beyond
+/// its blocks and kernels (its actions, commit and releases; extension):
+/// a successor starts only after its producer's commit.
+pub(crate) fn graph_bounds(
+    t: &Primitives,
+    p: u64,
+    all: &Step,
+    s: u64,
+    ov: crate::schedule::Overlap,
+    variant: Variant,
+    chain_overhead: f64,
+) -> Bounds {
+    // Every task of the longest chain pays the overhead (it is the same
+    // for all), so the chain is the one without it: 2p − 1 tasks.
+    let chain_tasks = (2 * p).saturating_sub(1) as f64;
+    let cp_total = critical_path_overlapped(t, p, ov) + chain_tasks * chain_overhead;
+    let cp_comp = chain_of(t, p, &|c: &TaskCost| c.comp);
     let n = all.n_tasks();
     let t1 = all.t1(ov);
     let s_eff = s.min(n);

@@ -140,7 +140,9 @@ fn shared_slowdown(free: &Shape, p: u64, slaves: u64, ov: Overlap, c: SharedCpu)
 
 enum Shape {
     Steps(Vec<Step>),
-    Graph(Primitives, Step, Variant),
+    /// The tasks' primitives, all tasks, the variant, and the overhead
+    /// each task pays beyond its blocks and kernels.
+    Graph(Primitives, Step, Variant, f64),
 }
 
 fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown: f64) -> Result<Shape, ModelError> {
@@ -158,7 +160,7 @@ fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown:
         App::Cholesky(v @ (Variant::MultiStep1 | Variant::MultiStep2)) => Shape::Steps(cholesky::steps(&t, p, v)),
         App::Cholesky(v) => {
             let all = cholesky::steps(&t, p, v).remove(0);
-            Shape::Graph(t, all, v)
+            Shape::Graph(t, all, v, 0.0)
         }
         App::Raytrace => unreachable!("handled above"),
     };
@@ -178,17 +180,18 @@ pub const DAG_RELEASE_SHARE: f64 = 0.5;
 
 /// Adds `Params::task_overhead` to every task (extension; nothing when the
 /// parameter is absent), and to the dag's tasks their dependency releases
-/// at [`DAG_RELEASE_SHARE`] of it each, spread evenly over the tasks. The
-/// dag's critical path is left without them.
+/// at [`DAG_RELEASE_SHARE`] of it each, spread evenly over the tasks. Each
+/// task on the dag's critical path pays the same (a successor starts after
+/// its producer's commit).
 fn with_overhead(shape: Shape, params: &Params, p: u64) -> Shape {
     let Some(o) = params.task_overhead.filter(|&o| o > 0.0) else { return shape };
     let add = |st: &Step, extra: f64| st.with_task_overhead(o + extra, TASK_OVERHEAD_STORE_SHARE);
     match shape {
         Shape::Steps(steps) => Shape::Steps(steps.iter().map(|st| add(st, 0.0)).collect()),
-        Shape::Graph(t, all, v) => {
+        Shape::Graph(t, all, v, _) => {
             let releases = if v == Variant::Dag { cholesky::dag_releases(p) as f64 } else { 0.0 };
             let per_task = releases / all.n_tasks().max(1) as f64 * DAG_RELEASE_SHARE * o;
-            Shape::Graph(t, add(&all, per_task), v)
+            Shape::Graph(t, add(&all, per_task), v, o + per_task)
         }
     }
 }
@@ -197,21 +200,21 @@ impl Shape {
     fn t1(&self, ov: Overlap) -> f64 {
         match self {
             Shape::Steps(steps) => steps_t1(steps, ov),
-            Shape::Graph(_, all, _) => all.t1(ov),
+            Shape::Graph(_, all, _, _) => all.t1(ov),
         }
     }
 
     fn bounds(&self, p: u64, s: u64, ov: Overlap) -> Bounds {
         match self {
             Shape::Steps(steps) => steps_bounds(steps, s, ov),
-            Shape::Graph(t, all, v) => cholesky::graph_bounds(t, p, all, s, ov, *v),
+            Shape::Graph(t, all, v, o) => cholesky::graph_bounds(t, p, all, s, ov, *v, *o),
         }
     }
 
     fn longest(&self) -> f64 {
         match self {
             Shape::Steps(steps) => steps.iter().map(Step::longest).fold(0.0, f64::max),
-            Shape::Graph(_, all, _) => all.longest(),
+            Shape::Graph(_, all, _, _) => all.longest(),
         }
     }
 
@@ -219,7 +222,7 @@ impl Shape {
     fn store_busy(&self, ov: Overlap) -> f64 {
         match self {
             Shape::Steps(steps) => steps.iter().map(|st| st.store_busy(ov)).sum(),
-            Shape::Graph(_, all, _) => all.store_busy(ov),
+            Shape::Graph(_, all, _, _) => all.store_busy(ov),
         }
     }
 
@@ -229,7 +232,7 @@ impl Shape {
     fn transfer_cpu(&self, ov: Overlap) -> f64 {
         let slaves = match self {
             Shape::Steps(steps) => steps.iter().map(Step::slave_transfers).sum(),
-            Shape::Graph(_, all, _) => all.slave_transfers(),
+            Shape::Graph(_, all, _, _) => all.slave_transfers(),
         };
         self.store_busy(ov) + slaves
     }
@@ -291,7 +294,9 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
         // Extension: the chain of dependent tasks runs at the one-slave
         // slow-down. While it is the only work, the other slaves idle and
         // the cores are not shared; a lower bound takes the faster case.
-        (Shape::Graph(_, all, v), Shape::Graph(one, _, _)) if options.shared_cpu.is_some() => cholesky::graph_bounds(one, p, all, s, ov, *v),
+        (Shape::Graph(_, all, v, o), Shape::Graph(one, _, _, _)) if options.shared_cpu.is_some() => {
+            cholesky::graph_bounds(one, p, all, s, ov, *v, *o)
+        }
         _ => with_s.bounds(p, s, ov),
     };
 
