@@ -73,6 +73,12 @@ pub(crate) struct Args {
     /// Store nodes.
     #[arg(long, default_value_t = 1)]
     store_nodes: u64,
+    /// This implementation on this machine, as `bench validate` predicts
+    /// it: --overlap (one block ahead, write-behind), --slave-reads,
+    /// --diagonal-syrk, and --cores (default: this machine's). Other
+    /// organisation flags are ignored with it.
+    #[arg(long)]
+    this_system: bool,
     /// Extension: store and slaves share one machine of this many cores.
     #[arg(long)]
     cores: Option<u64>,
@@ -223,27 +229,32 @@ fn sweep(app: App, args: &Args, params: &Params, options: &Options) -> anyhow::R
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let app: App = args.app.parse().map_err(anyhow::Error::msg)?;
     let params = load_params(args.params.as_ref())?;
-    let options = Options {
-        slaves: args.slaves,
-        matmul_caching: if app == App::Matmul { caching(&args.caching)? } else { MatmulCaching::None },
-        cholesky_caching: if let App::Cholesky(_) = app {
-            cholesky_caching(&args.caching)?
-        } else {
-            CholeskyCaching::None
-        },
-        server_double_buffer: args.double_buffer,
-        slave_overlap: args.overlap,
-        slave_overlap_share: args.overlap_share,
-        write_behind: !args.no_write_behind,
-        slave_reads: args.slave_reads,
-        diagonal_syrk: args.diagonal_syrk,
-        store_nodes: args.store_nodes,
-        shared_cpu: args.cores.map(|cores| SharedCpu { cores, store_share: 1.0 }),
-        use_bsp: args.bsp,
-        cached_puts: false,
-        raytrace_task_overhead: 0.0,
-        // Predictions are for this implementation's jobs (8-bit RGB).
-        pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
+    let options = if args.this_system {
+        let cores = args.cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |c| c.get() as u64));
+        crate::validate_cmd::implementation_options(app, args.slaves, cores)
+    } else {
+        Options {
+            slaves: args.slaves,
+            matmul_caching: if app == App::Matmul { caching(&args.caching)? } else { MatmulCaching::None },
+            cholesky_caching: if let App::Cholesky(_) = app {
+                cholesky_caching(&args.caching)?
+            } else {
+                CholeskyCaching::None
+            },
+            server_double_buffer: args.double_buffer,
+            slave_overlap: args.overlap,
+            slave_overlap_share: args.overlap_share,
+            write_behind: !args.no_write_behind,
+            slave_reads: args.slave_reads,
+            diagonal_syrk: args.diagonal_syrk,
+            store_nodes: args.store_nodes,
+            shared_cpu: args.cores.map(|cores| SharedCpu { cores, store_share: 1.0 }),
+            use_bsp: args.bsp,
+            cached_puts: false,
+            raytrace_task_overhead: 0.0,
+            // Predictions are for this implementation's jobs (8-bit RGB).
+            pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
+        }
     };
     let pr = predict(app, args.n, args.block, &params, &options)?;
     print_prediction(&pr);

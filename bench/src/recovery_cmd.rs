@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use model::{predict, App, Options, Params, SharedCpu};
+use model::{predict, App, Params};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
@@ -23,7 +23,7 @@ use serde_json::json;
 use crate::cluster::{Cluster, ClusterConfig};
 use crate::params_cmd::median;
 use crate::report::Figure;
-use crate::validate_cmd::warm;
+use crate::validate_cmd::{implementation_options, warm};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -59,16 +59,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let baseline_runs = args.baseline_runs.unwrap_or(if args.quick { 2 } else { 3 }).max(1);
     let slaves = 2u64;
     let cores = std::thread::available_parallelism().map_or(2, |c| c.get() as u64);
-    let options = Options {
-        shared_cpu: Some(SharedCpu { cores, store_share: 1.0 }),
-        slave_overlap: true,
-        slave_overlap_share: model::ONE_BLOCK_AHEAD_OF_PAIRS,
-        write_behind: true,
-        slave_reads: true,
-        diagonal_syrk: true,
-        pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
-        ..Options::with_slaves(slaves)
-    };
+    let options = implementation_options(App::Matmul, slaves, cores);
     let pr = predict(App::Matmul, n, b, &warm(&params), &options)?;
     eprintln!(
         "matmul n={n} b={b}, {} tasks, {slaves} slaves: predicted {:.2} s; recovery average {:.3} s, worst {:.3} s",

@@ -95,6 +95,24 @@ fn grid(args: &Args) -> Vec<Case> {
     all.into_iter().filter(|c| args.apps.is_empty() || args.apps.iter().any(|a| a == c.app)).collect()
 }
 
+/// The model's options for this implementation with `s` slaves and the
+/// store node on one machine of `cores` cores (the module docs list what
+/// each stands for). Matmul, Cholesky and LU tasks announce their blocks
+/// and the slave prefetches one block ahead while computing (§5.5.2,
+/// within a task).
+pub(crate) fn implementation_options(app: App, s: u64, cores: u64) -> Options {
+    Options {
+        shared_cpu: Some(SharedCpu { cores, store_share: 1.0 }),
+        slave_overlap: matches!(app, App::Matmul | App::Cholesky(_) | App::Lu { .. }),
+        slave_overlap_share: model::ONE_BLOCK_AHEAD_OF_PAIRS,
+        write_behind: true,
+        slave_reads: true,
+        diagonal_syrk: true,
+        pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
+        ..Options::with_slaves(s)
+    }
+}
+
 /// The parameters as a store whose working set is in memory sees them:
 /// every read at the cached rate. The validation jobs' matrices (at most
 /// 2 × 134 MB) fit in the harness's 1 GiB block cache and were written just
@@ -220,18 +238,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let thesis_p = thesis_params(&params);
     let ext_p = warm(&params);
     let thesis_opts = |s: u64| Options::with_slaves(s);
-    // Matmul, Cholesky and LU tasks announce their blocks and the slave
-    // prefetches one block ahead while computing (§5.5.2, within a task).
-    let ext_opts_for = |app: App, s: u64| Options {
-        shared_cpu: Some(SharedCpu { cores, store_share: 1.0 }),
-        slave_overlap: matches!(app, App::Matmul | App::Cholesky(_) | App::Lu { .. }),
-        slave_overlap_share: model::ONE_BLOCK_AHEAD_OF_PAIRS,
-        write_behind: true,
-        slave_reads: true,
-        diagonal_syrk: true,
-        pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
-        ..Options::with_slaves(s)
-    };
+    let ext_opts_for = |app: App, s: u64| implementation_options(app, s, cores);
 
     let cases = grid(&args);
     let mut total_predicted = 0.0;
