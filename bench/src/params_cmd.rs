@@ -64,8 +64,8 @@ pub(crate) struct Args {
     /// Free-text name written into the file (default: host name and date).
     #[arg(long)]
     name: Option<String>,
-    /// Skip the job-latency measurement (it starts `master serve` and one
-    /// `slave` from next to this executable).
+    /// Skip the job-latency and slave-start measurements (they start
+    /// `master serve` and `slave`s from next to this executable).
     #[arg(long)]
     no_job_latency: bool,
 }
@@ -90,6 +90,27 @@ fn job_latency(quick: bool) -> anyhow::Result<f64> {
     Ok(median(&mut times))
 }
 
+
+/// Seconds from starting a slave process until its first task is
+/// committed and the job recorded finished: a job of one empty task waits
+/// with no slave running, then one starts (median of a few).
+fn slave_start(quick: bool) -> anyhow::Result<f64> {
+    use crate::cluster::{Cluster, ClusterConfig};
+    let mut c = Cluster::start(ClusterConfig { slaves: 1, ..ClusterConfig::default() })?;
+    c.kill_slave(0)?;
+    let mut times = Vec::new();
+    for k in 0..if quick { 2 } else { 5 } {
+        let out = format!("start-{k}");
+        let job = c.submit(&["raytrace", "--level", "0", "--width", "1", "--height", "1", "--grain", "1", "--out", &out])?;
+        let t0 = Instant::now();
+        let slave = c.spawn_slave()?;
+        let r = c.wait(job, Duration::from_secs(120))?;
+        anyhow::ensure!(r.ok(), "slave-start job failed: {:?}", r.failure);
+        times.push(t0.elapsed().as_secs_f64());
+        c.kill_slave(slave)?;
+    }
+    Ok(median(&mut times))
+}
 
 /// One measured point of a sweep: work (flop or bytes) and seconds.
 #[derive(Clone, Copy, Debug)]
@@ -550,6 +571,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     if let Some(l) = latency {
         eprintln!("job latency (submit to finished, one empty task, one idle slave): {:.3} s", l);
     }
+    let start = if args.no_job_latency { None } else { Some(slave_start(args.quick)?) };
+    if let Some(s) = start {
+        eprintln!("slave start (process start to its first task committed): {:.3} s", s);
+    }
 
     let host = std::fs::read_to_string("/etc/hostname").map(|s| s.trim().to_owned()).unwrap_or_else(|_| "this machine".into());
     let params = Params {
@@ -574,6 +599,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         ray_pixel_rate: Some(ray),
         task_overhead: Some(st.task_overhead),
         job_latency: latency,
+        slave_start: start,
         // Beside the fits: the kernels' rates keep rising with b over
         // the sizes jobs use, which one bandwidth cannot follow.
         kernels: Some(k.curves()),
@@ -600,6 +626,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     fig("params_ray_pixel_rate", ray, "pixel/s");
     if let Some(l) = latency {
         fig("params_job_latency", l * 1e3, "ms");
+    }
+    if let Some(s) = start {
+        fig("params_slave_start", s * 1e3, "ms");
     }
     Ok(())
 }

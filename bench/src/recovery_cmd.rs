@@ -8,8 +8,9 @@
 //!
 //! Each kill loses the task the victim held (it returns to the bag first in
 //! line and is redone) plus the replacement's start (process start,
-//! connection, first dequeue), which the thesis's term lacks; both are
-//! printed.
+//! connection, first dequeue), which the thesis's term lacks: the model
+//! adds `Params::slave_start / s` (`Recovery::restart`) when the parameter
+//! file has it.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -141,6 +142,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     fig("recovery_extra_max", max, "s", Some(pr.recovery.worst));
     fig("recovery_model_average", pr.recovery.average, "s", None);
     fig("recovery_model_worst", pr.recovery.worst, "s", None);
+    fig("recovery_model_restart", pr.recovery.restart, "s", None);
     fig("recovery_runs_within_worst", within_worst as f64, "runs", Some(kills as f64));
     fig("recovery_wall", started.elapsed().as_secs_f64(), "s", None);
     Ok(())

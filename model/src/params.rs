@@ -147,6 +147,12 @@ pub struct Params {
     /// `bench params` as the run time of a job of one empty task. Absent: 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_latency: Option<f64>,
+    /// Extension: seconds from starting a slave process until it has
+    /// committed its first task (process start, connection, session,
+    /// dequeue): what a replacement for a failed slave takes before it
+    /// works. Measured by `bench params`. Absent: 0, the thesis's recovery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slave_start: Option<f64>,
     /// Extension: the kernels' measured times by size
     /// ([`crate::curves`]); when a kernel has a curve, it is used instead
     /// of its piecewise rate. Absent: the thesis's piecewise rates.
@@ -202,6 +208,7 @@ impl Params {
             ray_pixel_rate: None,
             task_overhead: None,
             job_latency: None,
+            slave_start: None,
             kernels: None,
         }
     }
@@ -302,7 +309,7 @@ impl Params {
                 }
             }
         }
-        for (name, v) in [("task_overhead", self.task_overhead), ("job_latency", self.job_latency)] {
+        for (name, v) in [("task_overhead", self.task_overhead), ("job_latency", self.job_latency), ("slave_start", self.slave_start)] {
             let Some(t) = v else { continue };
             if !(t.is_finite() && t >= 0.0) {
                 return Err(ParamsError::Invalid {

@@ -341,7 +341,15 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
         // §5.5.2's overlap (two threads, or the next task prefetched) holds two
         // tasks per slave; a prefetch within the task (share < 1, this
         // implementation's slave) holds one.
-        recovery: recovery(t1_work, volumes.n_tasks, longest_task, s, predicted, options.slave_overlap && options.slave_overlap_share >= 1.0),
+        recovery: recovery(
+            t1_work,
+            volumes.n_tasks,
+            longest_task,
+            s,
+            predicted,
+            options.slave_overlap && options.slave_overlap_share >= 1.0,
+            params.slave_start.unwrap_or(0.0),
+        ),
     })
 }
 

@@ -7,11 +7,17 @@ use serde::Serialize;
 pub struct Recovery {
     /// "Average recovery": half a task, `T₁/(2N)` (§3.6; Tables 4.2, 4.3,
     /// 4.6). With §5.5.2's slave overlap a slave holds two tasks, so half of
-    /// two (not with a prefetch inside the task, which holds one).
+    /// two (not with a prefetch inside the task, which holds one). Plus
+    /// [`Recovery::restart`].
     pub average: f64,
     /// Worst case: the longest task (two with slave overlap) lost just
-    /// before its commit, when all slaves would otherwise finish together.
+    /// before its commit, when all slaves would otherwise finish together;
+    /// plus [`Recovery::restart`].
     pub worst: f64,
+    /// Extension: the run time a replacement's start costs, `start/s`
+    /// (`Params::slave_start`): for that long the work runs on `s−1` of
+    /// the `s` slaves. 0 without the parameter, as in the thesis.
+    pub restart: f64,
     /// `average / T_s`, about `s/(2N)` of the run (§5.4).
     pub fraction_of_run: f64,
     /// Mean interval between queue requests, `T_s/N` (§5.4).
@@ -24,15 +30,18 @@ pub struct Recovery {
 }
 
 /// Recovery figures from the single-slave time, the number of tasks, the
-/// longest task, the number of slaves and the predicted time with them.
-pub fn recovery(t1: f64, n_tasks: u64, longest_task: f64, slaves: u64, t_s: f64, slave_overlap: bool) -> Recovery {
+/// longest task, the number of slaves and the predicted time with them;
+/// `slave_start` is a replacement's start-up (0: the thesis's figures).
+pub fn recovery(t1: f64, n_tasks: u64, longest_task: f64, slaves: u64, t_s: f64, slave_overlap: bool, slave_start: f64) -> Recovery {
     let n = n_tasks.max(1) as f64;
     let held = if slave_overlap { 2.0 } else { 1.0 };
-    let average = held * t1 / (2.0 * n);
     let s = slaves.max(1) as f64;
+    let restart = slave_start / s;
+    let average = held * t1 / (2.0 * n) + restart;
     Recovery {
         average,
-        worst: held * longest_task,
+        worst: held * longest_task + restart,
+        restart,
         fraction_of_run: if t_s > 0.0 { average / t_s } else { 0.0 },
         queue_interval: t_s / n,
         permanent_loss_average: (slaves > 1).then(|| average + t1 / 2.0 * (1.0 / (s - 1.0) - 1.0 / s)),
@@ -49,7 +58,7 @@ mod tests {
     #[test]
     fn average_recovery_matches_table_4_3() {
         for (t1, n, printed) in [(2984.0, 100, 15.0), (2390.0, 16, 75.0), (2539.0, 136, 9.0), (2071.0, 36, 29.0)] {
-            let r = recovery(t1, n, t1 / n as f64, 1, t1, false);
+            let r = recovery(t1, n, t1 / n as f64, 1, t1, false, 0.0);
             assert!((r.average - printed).abs() <= 0.5, "{t1}/{n}: {} vs {printed}", r.average);
         }
     }
@@ -60,7 +69,7 @@ mod tests {
     #[test]
     fn average_recovery_matches_table_4_6() {
         for (ts, n, printed) in [(13179.0, 225, 146.0), (10922.0, 210, 130.0)] {
-            let r = recovery(ts * 5.0, n, 0.0, 5, ts, false);
+            let r = recovery(ts * 5.0, n, 0.0, 5, ts, false, 0.0);
             assert!((r.average - printed).abs() <= 0.5, "{} vs {printed}", r.average);
             // §5.4: the fraction of the run is about s/(2N).
             assert!((r.fraction_of_run - 5.0 / (2.0 * n as f64)).abs() < 1e-12);
@@ -69,8 +78,20 @@ mod tests {
 
     #[test]
     fn permanent_loss_costs_more_than_a_restart() {
-        let r = recovery(1000.0, 100, 10.0, 4, 250.0, false);
+        let r = recovery(1000.0, 100, 10.0, 4, 250.0, false, 0.0);
         assert!(r.permanent_loss_average.unwrap() > r.average);
-        assert!(recovery(1000.0, 100, 10.0, 1, 1000.0, false).permanent_loss_average.is_none());
+        assert!(recovery(1000.0, 100, 10.0, 1, 1000.0, false, 0.0).permanent_loss_average.is_none());
+    }
+
+    /// A replacement that takes `start` seconds to begin costs the run
+    /// `start/s` on top of the lost work, in the average and the worst case.
+    #[test]
+    fn a_replacements_start_is_shared_by_the_slaves() {
+        let thesis = recovery(1000.0, 100, 10.0, 4, 250.0, false, 0.0);
+        let with = recovery(1000.0, 100, 10.0, 4, 250.0, false, 0.2);
+        assert_eq!(thesis.restart, 0.0);
+        assert!((with.restart - 0.05).abs() < 1e-12);
+        assert!((with.average - thesis.average - 0.05).abs() < 1e-12);
+        assert!((with.worst - thesis.worst - 0.05).abs() < 1e-12);
     }
 }
