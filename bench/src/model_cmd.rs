@@ -236,11 +236,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         Options {
             slaves: args.slaves,
             matmul_caching: if app == App::Matmul { caching(&args.caching)? } else { MatmulCaching::None },
-            cholesky_caching: if let App::Cholesky(_) = app {
-                cholesky_caching(&args.caching)?
-            } else {
-                CholeskyCaching::None
-            },
+            cholesky_caching: if let App::Cholesky(_) = app { cholesky_caching(&args.caching)? } else { CholeskyCaching::None },
             server_double_buffer: args.double_buffer,
             slave_overlap: args.overlap,
             slave_overlap_share: args.overlap_share,

@@ -64,7 +64,13 @@ impl KernelCurves {
     }
 
     pub(crate) fn validate(&self) -> Result<(), ParamsError> {
-        for (name, k) in [("multiply", Kernel::Multiply), ("solve", Kernel::Solve), ("factor", Kernel::Factor), ("lu", Kernel::Lu), ("syrk", Kernel::Syrk)] {
+        for (name, k) in [
+            ("multiply", Kernel::Multiply),
+            ("solve", Kernel::Solve),
+            ("factor", Kernel::Factor),
+            ("lu", Kernel::Lu),
+            ("syrk", Kernel::Syrk),
+        ] {
             let curve = self.of(k);
             for (i, &[x, t]) in curve.iter().enumerate() {
                 let bad = |value: f64, reason: &'static str| ParamsError::Invalid { name: format!("kernels.{name}[{i}]"), value, reason };

@@ -129,7 +129,8 @@ impl Db {
             .expect("cannot start the store's commit thread");
         let mut db = Db { db: raw, files, commits: Some(tx), committer: Some(committer), spares: None };
         let recovered = db.recover()?;
-        db.spares = Some(db.files.start_spares().map_err(|e| crate::files::io_error(e, || "starting the spare block files' thread".into()))?);
+        let spares = db.files.start_spares().map_err(|e| crate::files::io_error(e, || "starting the spare block files' thread".into()))?;
+        db.spares = Some(spares);
         Ok((Arc::new(db), recovered))
     }
 

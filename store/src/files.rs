@@ -135,6 +135,7 @@ impl BlockFiles {
         self.spares.lock().unwrap_or_else(|e| e.into_inner()).extend(made);
         result
     }
+
     /// Reads a version's stored form; `None` if there is no such file.
     pub(crate) fn read(&self, version: Uuid) -> Result<Option<Vec<u8>>, StoreError> {
         let what = || format!("reading block version {version}");
