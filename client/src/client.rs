@@ -398,10 +398,15 @@ impl Action {
         read_small(&self.rpc, self.id, key, mode).await
     }
 
-    pub async fn write_small(&self, key: &str, value: &[u8]) -> Result<()> {
+    /// Writes a small object under a write lock. The future owns its
+    /// request, so it may run on another task (a slave's write-behind).
+    pub fn write_small(&self, key: &str, value: &[u8]) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
         let w = proto::SmallWrite { action: self.id, key: key.to_owned(), value: value.to_vec().into(), delete: false };
-        self.rpc.clone().write_small(w).await?;
-        Ok(())
+        let mut rpc = self.rpc.clone();
+        async move {
+            rpc.write_small(w).await?;
+            Ok(())
+        }
     }
 
     pub async fn delete_small(&self, key: &str) -> Result<()> {
@@ -455,10 +460,15 @@ impl Action {
         })
     }
 
-    pub async fn enqueue(&self, bag: &str, payload: &[u8]) -> Result<()> {
+    /// Enqueues an element, pending until the action commits. The future
+    /// owns its request, like [`Action::write_small`]'s.
+    pub fn enqueue(&self, bag: &str, payload: &[u8]) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
         let req = proto::EnqueueRequest { action: self.id, bag: bag.to_owned(), payload: payload.to_vec().into() };
-        self.rpc.clone().enqueue(req).await?;
-        Ok(())
+        let mut rpc = self.rpc.clone();
+        async move {
+            rpc.enqueue(req).await?;
+            Ok(())
+        }
     }
 }
 
