@@ -126,9 +126,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     // worker, which also polls the sockets (a future driven by `block_on`
     // from another thread pays a thread wake-up per reply).
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
-    let on_worker = |f: std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Duration>> + Send>>| -> anyhow::Result<Duration> {
-        rt.block_on(rt.spawn(f))?
-    };
     let run_id = std::process::id();
     for &b in &args.sizes {
         if b == 0 || b > store::MAX_BLOCK {
@@ -146,7 +143,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         let (mut raw_put, mut store_put) = (Duration::MAX, Duration::MAX);
         for _ in 0..reps {
             raw_put = raw_put.min(raw_write(&raw_path, &data, k)?);
-            store_put = store_put.min(on_worker(Box::pin(store_write(client.clone(), m.id, b, data.clone(), k)))?);
+            store_put = store_put.min(on_worker(&rt, store_write(client.clone(), m.id, b, data.clone(), k))?);
         }
         drop(client);
         node.restart()?;
@@ -164,7 +161,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 if cache == "warm" {
                     // Bring both sides fully into the page cache first.
                     raw_read(&raw_path, b as usize, k)?;
-                    on_worker(Box::pin(store_read(client.clone(), m.id, b, k)))?;
+                    on_worker(&rt, store_read(client.clone(), m.id, b, k))?;
                 } else {
                     drop_caches()?;
                 }
@@ -172,7 +169,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 if cache == "cold" {
                     drop_caches()?;
                 }
-                store_get = store_get.min(on_worker(Box::pin(store_read(client.clone(), m.id, b, k)))?);
+                store_get = store_get.min(on_worker(&rt, store_read(client.clone(), m.id, b, k))?);
             }
             gets.push((cache, raw_get, store_get));
         }
@@ -272,6 +269,14 @@ fn raw_read(path: &Path, b: usize, k: usize) -> anyhow::Result<Duration> {
     let t = t0.elapsed();
     std::hint::black_box(sum);
     Ok(t)
+}
+
+/// Runs `f` as a task of `rt`'s worker and waits for it.
+fn on_worker<F>(rt: &tokio::runtime::Runtime, f: F) -> anyhow::Result<Duration>
+where
+    F: std::future::Future<Output = anyhow::Result<Duration>> + Send + 'static,
+{
+    rt.block_on(rt.spawn(f))?
 }
 
 /// Writes blocks (0, j), each in its own committed action; returns the time

@@ -230,7 +230,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let app: App = args.app.parse().map_err(anyhow::Error::msg)?;
     let params = load_params(args.params.as_ref())?;
     let options = if args.this_system {
-        let cores = args.cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |c| c.get() as u64));
+        let cores = args.cores.unwrap_or_else(crate::validate_cmd::this_machine_cores);
         crate::validate_cmd::implementation_options(app, args.slaves, cores)
     } else {
         Options {

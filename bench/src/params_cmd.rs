@@ -70,46 +70,46 @@ pub(crate) struct Args {
     no_job_latency: bool,
 }
 
-/// Seconds from submission to the finished record of a job of one tiny
-/// task (a 1×1 image of one sphere) on a real cluster of one idle slave:
-/// the slaves' idle polling for new jobs and the job's bookkeeping, paid
-/// once per job whatever its size. Median of several jobs.
-fn job_latency(quick: bool) -> anyhow::Result<f64> {
-    use crate::cluster::{Cluster, ClusterConfig};
-    let c = Cluster::start(ClusterConfig { slaves: 1, ..ClusterConfig::default() })?;
-    let mut times = Vec::new();
-    for k in 0..if quick { 3 } else { 7 } {
-        let out = format!("latency-{k}");
-        let r = c.run_job(
-            &["raytrace", "--level", "0", "--width", "1", "--height", "1", "--grain", "1", "--out", &out],
-            Duration::from_secs(120),
-        )?;
-        anyhow::ensure!(r.ok(), "latency job failed: {:?}", r.failure);
-        times.push(r.seconds);
-    }
-    Ok(median(&mut times))
+/// The two latencies of a real cluster (`master serve` and `slave`s from
+/// next to this executable), each the median of several jobs of one tiny
+/// task (a 1×1 image of one sphere):
+/// - job latency: submission to the finished record with one idle slave,
+///   the slaves' idle polling for new jobs and the job's bookkeeping, paid
+///   once per job whatever its size;
+/// - slave start: from starting a slave process, while such a job waits,
+///   to the job's finished record (process start, connection, session,
+///   dequeue): what a replacement for a failed slave takes before it works.
+struct Latencies {
+    job: f64,
+    slave_start: f64,
 }
 
+/// `master submit` arguments of a job of one tiny task writing `out`.
+fn tiny_job(out: &str) -> [&str; 11] {
+    ["raytrace", "--level", "0", "--width", "1", "--height", "1", "--grain", "1", "--out", out]
+}
 
-/// Seconds from starting a slave process until its first task is
-/// committed and the job recorded finished: a job of one empty task waits
-/// with no slave running, then one starts (median of a few).
-fn slave_start(quick: bool) -> anyhow::Result<f64> {
+fn latencies(quick: bool) -> anyhow::Result<Latencies> {
     use crate::cluster::{Cluster, ClusterConfig};
     let mut c = Cluster::start(ClusterConfig { slaves: 1, ..ClusterConfig::default() })?;
+    let mut job = Vec::new();
+    for k in 0..if quick { 3 } else { 7 } {
+        let r = c.run_job(&tiny_job(&format!("latency-{k}")), Duration::from_secs(120))?;
+        anyhow::ensure!(r.ok(), "latency job failed: {:?}", r.failure);
+        job.push(r.seconds);
+    }
     c.kill_slave(0)?;
-    let mut times = Vec::new();
+    let mut start = Vec::new();
     for k in 0..if quick { 2 } else { 5 } {
-        let out = format!("start-{k}");
-        let job = c.submit(&["raytrace", "--level", "0", "--width", "1", "--height", "1", "--grain", "1", "--out", &out])?;
+        let id = c.submit(&tiny_job(&format!("start-{k}")))?;
         let t0 = Instant::now();
         let slave = c.spawn_slave()?;
-        let r = c.wait(job, Duration::from_secs(120))?;
+        let r = c.wait(id, Duration::from_secs(120))?;
         anyhow::ensure!(r.ok(), "slave-start job failed: {:?}", r.failure);
-        times.push(t0.elapsed().as_secs_f64());
+        start.push(t0.elapsed().as_secs_f64());
         c.kill_slave(slave)?;
     }
-    Ok(median(&mut times))
+    Ok(Latencies { job: median(&mut job), slave_start: median(&mut start) })
 }
 
 /// One measured point of a sweep: work (flop or bytes) and seconds.
@@ -229,7 +229,8 @@ fn spd_block(b: usize) -> Block {
     a
 }
 
-/// Rates of the four kernels at each block size.
+/// Times of the kernels at each block size.
+#[derive(Default)]
 struct KernelSweep {
     multiply: Vec<Point>,
     solve: Vec<Point>,
@@ -266,7 +267,7 @@ fn sweep_kernels_best_of(sizes: &[usize], min_secs: f64, passes: usize) -> Kerne
             }
         }
     };
-    let mut k = KernelSweep { multiply: vec![], solve: vec![], factor: vec![], lu: vec![], syrk: vec![] };
+    let mut k = KernelSweep::default();
     for pass in 0..passes.max(1) {
         eprintln!("kernel sweep, pass {} of {passes}", pass + 1);
         let s = sweep_kernels(sizes, min_secs);
@@ -280,7 +281,7 @@ fn sweep_kernels_best_of(sizes: &[usize], min_secs: f64, passes: usize) -> Kerne
 }
 
 fn sweep_kernels(sizes: &[usize], min_secs: f64) -> KernelSweep {
-    let mut k = KernelSweep { multiply: vec![], solve: vec![], factor: vec![], lu: vec![], syrk: vec![] };
+    let mut k = KernelSweep::default();
     for &b in sizes {
         let bf = b as f64;
         let (a, bb) = (random_block(b, 1), random_block(b, 2));
@@ -567,14 +568,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         st.task_overhead * 1e3
     );
 
-    let latency = if args.no_job_latency { None } else { Some(job_latency(args.quick)?) };
-    if let Some(l) = latency {
-        eprintln!("job latency (submit to finished, one empty task, one idle slave): {:.3} s", l);
+    let lat = if args.no_job_latency { None } else { Some(latencies(args.quick)?) };
+    if let Some(l) = &lat {
+        eprintln!("job latency (submit to finished, one empty task, one idle slave): {:.3} s", l.job);
+        eprintln!("slave start (process start to its first task committed): {:.3} s", l.slave_start);
     }
-    let start = if args.no_job_latency { None } else { Some(slave_start(args.quick)?) };
-    if let Some(s) = start {
-        eprintln!("slave start (process start to its first task committed): {:.3} s", s);
-    }
+    let (latency, start) = (lat.as_ref().map(|l| l.job), lat.as_ref().map(|l| l.slave_start));
 
     let host = std::fs::read_to_string("/etc/hostname").map(|s| s.trim().to_owned()).unwrap_or_else(|_| "this machine".into());
     let params = Params {

@@ -24,7 +24,7 @@ use serde_json::json;
 use crate::cluster::{Cluster, ClusterConfig};
 use crate::params_cmd::median;
 use crate::report::Figure;
-use crate::validate_cmd::{implementation_options, warm};
+use crate::validate_cmd::{implementation_options, this_machine_cores, warm};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -59,7 +59,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let kills = args.kills.unwrap_or(if args.quick { 3 } else { 12 });
     let baseline_runs = args.baseline_runs.unwrap_or(if args.quick { 2 } else { 3 }).max(1);
     let slaves = 2u64;
-    let cores = std::thread::available_parallelism().map_or(2, |c| c.get() as u64);
+    let cores = this_machine_cores();
     let options = implementation_options(App::Matmul, slaves, cores);
     let pr = predict(App::Matmul, n, b, &warm(&params), &options)?;
     eprintln!(

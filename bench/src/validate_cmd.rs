@@ -95,6 +95,11 @@ fn grid(args: &Args) -> Vec<Case> {
     all.into_iter().filter(|c| args.apps.is_empty() || args.apps.iter().any(|a| a == c.app)).collect()
 }
 
+/// Cores of this machine (2 if the system cannot say).
+pub(crate) fn this_machine_cores() -> u64 {
+    std::thread::available_parallelism().map_or(2, |n| n.get() as u64)
+}
+
 /// The model's options for this implementation with `s` slaves and the
 /// store node on one machine of `cores` cores (the module docs list what
 /// each stands for). Matmul, Cholesky and LU tasks announce their blocks
@@ -234,7 +239,7 @@ fn load_params(path: &PathBuf) -> anyhow::Result<Params> {
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let params = load_params(&args.params)?;
     eprintln!("parameters: {} ({})", args.params.display(), params.name);
-    let cores = args.cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get() as u64));
+    let cores = args.cores.unwrap_or_else(this_machine_cores);
     let thesis_p = thesis_params(&params);
     let ext_p = warm(&params);
     let thesis_opts = |s: u64| Options::with_slaves(s);

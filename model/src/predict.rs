@@ -357,10 +357,6 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
 mod tests {
     use super::*;
 
-    /// The per-task overhead (extension) adds `N · overhead` to `T₁` for
-    /// every application (the dag Cholesky also its dependency releases, at
-    /// [`DAG_RELEASE_SHARE`] of it each) and leaves the thesis's model
-    /// unchanged when absent.
     #[test]
     fn a_step_of_one_task_runs_at_the_one_slave_slowdown() {
         use crate::options::SharedCpu;
@@ -384,6 +380,10 @@ mod tests {
         assert!(two.predicted <= one.predicted, "{} vs {}", two.predicted, one.predicted);
     }
 
+    /// The per-task overhead (extension) adds `N · overhead` to `T₁` for
+    /// every application (the dag Cholesky also its dependency releases, at
+    /// [`DAG_RELEASE_SHARE`] of it each) and leaves the thesis's model
+    /// unchanged when absent.
     #[test]
     fn task_overhead_adds_n_times_overhead_to_t1() {
         let base = Params::thesis_fast();

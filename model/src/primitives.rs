@@ -95,7 +95,7 @@ impl Primitives {
             tadd: params.add_rate().cost(x * y),
             tsolve: params.kernel_time(Kernel::Solve, cube),
             tchol: params.kernel_time(Kernel::Factor, cube / 3.0),
-            tlu: params.kernel_time(if params.kernels.is_some() { Kernel::Lu } else { Kernel::Factor }, 2.0 * cube / 3.0),
+            tlu: params.kernel_time(Kernel::Lu, 2.0 * cube / 3.0),
             tdiag_update: if options.diagonal_syrk {
                 params.kernel_time(Kernel::Syrk, x * x * y)
             } else {

@@ -35,18 +35,17 @@ pub(crate) struct StoreCtx<'a> {
     pub(crate) writes: Writes,
 }
 
-/// Block puts that run on the runtime while the task goes on (write-behind):
-/// the block travels and the node syncs its file while the slave computes
-/// the rest of the task, or the next task. The action must not commit
-/// before every one of them succeeded ([`Writes::finish`]).
+/// A task's writes that run on the runtime while the task goes on
+/// (write-behind): block puts (the block travels and the node syncs its
+/// file while the slave computes the rest of the task, or the next task),
+/// small-object writes and enqueues (a dag task's dependency releases are a
+/// read, a write and maybe an enqueue per successor, and only the reads
+/// need an answer: waiting for each write and enqueue made a Cholesky or
+/// LU dag task at b = 256 about 20 gRPC round trips long; `strace`). The
+/// action must not commit before every one of them succeeded
+/// ([`Writes::finish`]).
 pub(crate) struct Writes {
-    running: Vec<(BlockId, JoinHandle<Result<(), StoreError>>)>,
-    /// Small-object writes (by key) and enqueues (no key) running the same
-    /// way: a dag task's dependency releases are a read, a write and maybe
-    /// an enqueue per successor, and only the reads need an answer before
-    /// the task goes on. (Waiting for each write and enqueue made a Cholesky
-    /// or LU dag task at b = 256 about 20 gRPC round trips long; `strace`.)
-    small: Vec<(Option<String>, JoinHandle<Result<(), StoreError>>)>,
+    running: Vec<(Target, JoinHandle<Result<(), StoreError>>)>,
     /// Blocks whose put has not finished, this task's and the previous
     /// task's (shared by the slave's tasks): they count against the
     /// prefetch budget, so a slave never holds more blocks than without
@@ -54,19 +53,27 @@ pub(crate) struct Writes {
     in_flight: Arc<AtomicUsize>,
 }
 
+/// What a write-behind writes: a later read or write of the same target
+/// waits for it ([`Writes::settle`]).
+#[derive(PartialEq)]
+enum Target {
+    Block(BlockId),
+    Small(String),
+    /// An enqueue: nothing reads it back before the commit.
+    Queue,
+}
+
 impl Writes {
     pub(crate) fn new(in_flight: Arc<AtomicUsize>) -> Self {
-        Writes { running: Vec::new(), small: Vec::new(), in_flight }
+        Writes { running: Vec::new(), in_flight }
     }
 
-    /// Waits for every put, small write and enqueue; the first failure is
-    /// returned (the action must then abort: some of the task's writes are
-    /// not in the store).
+    /// Waits for every write; the first failure is returned (the action
+    /// must then abort: some of the task's writes are not in the store).
     pub(crate) async fn finish(self) -> Result<(), StoreError> {
         let mut first = Ok(());
-        let handles = self.running.into_iter().map(|(_, h)| h).chain(self.small.into_iter().map(|(_, h)| h));
-        for h in handles {
-            let r = h.await.unwrap_or_else(|e| Err(put_task_failed(e)));
+        for (_, h) in self.running {
+            let r = h.await.unwrap_or_else(|e| Err(write_task_failed(e)));
             if first.is_ok() {
                 first = r;
             }
@@ -74,31 +81,30 @@ impl Writes {
         first
     }
 
-    /// Waits for the write of small object `key`, if one runs:
-    /// read-your-own-writes, and two writes of one key reach the node in
-    /// order.
-    fn settle_small(&mut self, rt: &Handle, key: &str) -> Result<(), CtxError> {
-        while let Some(pos) = self.small.iter().position(|(k, _)| k.as_deref() == Some(key)) {
-            let (_, h) = self.small.remove(pos);
-            rt.block_on(h).unwrap_or_else(|e| Err(put_task_failed(e))).map_err(ctx_error)?;
-        }
-        Ok(())
+    /// Waits for the put of block `id`, if one runs.
+    fn settle_block(&mut self, rt: &Handle, id: BlockId) -> Result<(), CtxError> {
+        self.settle(rt, |t| *t == Target::Block(id))
     }
 
-    /// Waits for the put of `id`, if one runs: read-your-own-writes, and
-    /// two puts of one block must reach the node in order.
-    fn settle(&mut self, rt: &Handle, id: BlockId) -> Result<(), CtxError> {
-        while let Some(pos) = self.running.iter().position(|(w, _)| *w == id) {
+    /// Waits for the write of small object `key`, if one runs.
+    fn settle_small(&mut self, rt: &Handle, key: &str) -> Result<(), CtxError> {
+        self.settle(rt, |t| matches!(t, Target::Small(k) if k == key))
+    }
+
+    /// Waits for the writes whose target is `hit`: read-your-own-writes,
+    /// and two writes of one target reach the node in order.
+    fn settle(&mut self, rt: &Handle, hit: impl Fn(&Target) -> bool) -> Result<(), CtxError> {
+        while let Some(pos) = self.running.iter().position(|(t, _)| hit(t)) {
             let (_, h) = self.running.remove(pos);
-            rt.block_on(h).unwrap_or_else(|e| Err(put_task_failed(e))).map_err(ctx_error)?;
+            rt.block_on(h).unwrap_or_else(|e| Err(write_task_failed(e))).map_err(ctx_error)?;
         }
         Ok(())
     }
 }
 
-/// A put's runtime task that panicked or was cancelled.
-fn put_task_failed(e: tokio::task::JoinError) -> StoreError {
-    StoreError::StoreUnavailable { what: format!("block put task failed: {e}") }
+/// A write's runtime task that panicked or was cancelled.
+fn write_task_failed(e: tokio::task::JoinError) -> StoreError {
+    StoreError::StoreUnavailable { what: format!("write-behind task failed: {e}") }
 }
 
 /// Decrements the in-flight count when a put ends, however it ends.
@@ -175,7 +181,7 @@ impl TaskCtx for StoreCtx<'_> {
     }
 
     fn read_block(&mut self, id: BlockId) -> Result<Block, CtxError> {
-        self.writes.settle(&self.rt, id)?;
+        self.writes.settle_block(&self.rt, id)?;
         // A block read out of the announced order (or never announced) is
         // fetched directly; the announced ones keep streaming.
         self.top_up();
@@ -202,13 +208,13 @@ impl TaskCtx for StoreCtx<'_> {
     }
 
     fn read_block_for_update(&mut self, id: BlockId) -> Result<Block, CtxError> {
-        self.writes.settle(&self.rt, id)?;
+        self.writes.settle_block(&self.rt, id)?;
         let b = self.rt.block_on(self.action.get_block_for_update(id.matrix.0, id.i, id.j)).map_err(ctx_error)?;
         Ok(Block { rows: b.rows, cols: b.cols, data: b.data })
     }
 
     fn write_block(&mut self, id: BlockId, block: &Block) -> Result<(), CtxError> {
-        self.writes.settle(&self.rt, id)?;
+        self.writes.settle_block(&self.rt, id)?;
         let data = BlockData { rows: block.rows, cols: block.cols, data: block.data.clone() };
         let writer = self.action.block_writer();
         self.writes.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -217,7 +223,7 @@ impl TaskCtx for StoreCtx<'_> {
             let _guard = guard;
             writer.put_block(id.matrix.0, id.i, id.j, data).await
         });
-        self.writes.running.push((id, h));
+        self.writes.running.push((Target::Block(id), h));
         Ok(())
     }
 
@@ -236,7 +242,7 @@ impl TaskCtx for StoreCtx<'_> {
     fn write_small(&mut self, key: &str, value: &[u8]) -> Result<(), CtxError> {
         self.writes.settle_small(&self.rt, key)?;
         let h = self.rt.spawn(self.action.write_small(key, value));
-        self.writes.small.push((Some(key.to_owned()), h));
+        self.writes.running.push((Target::Small(key.to_owned()), h));
         Ok(())
     }
 
@@ -276,7 +282,7 @@ impl TaskCtx for StoreCtx<'_> {
     /// pending until the commit anyway.
     fn enqueue(&mut self, bag: &str, task: &[u8]) -> Result<(), CtxError> {
         let h = self.rt.spawn(self.action.enqueue(bag, task));
-        self.writes.small.push((None, h));
+        self.writes.running.push((Target::Queue, h));
         Ok(())
     }
 }
