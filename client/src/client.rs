@@ -106,6 +106,8 @@ pub struct Client {
     /// The node's block data plane; `None`: blocks go over gRPC.
     plane: Option<Arc<DataPlane>>,
     token: Option<String>,
+    /// Whether calls go over the node's Unix socket.
+    local_calls: bool,
 }
 
 impl Client {
@@ -120,21 +122,25 @@ impl Client {
             None => None,
         };
         let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| StoreError::InvalidArgument { what: format!("store address {addr:?}: {e}") })?
-            .tcp_nodelay(true)
-            .connect_timeout(Duration::from_secs(2))
-            .initial_stream_window_size(8 << 20)
-            .initial_connection_window_size(32 << 20)
-            .http2_keep_alive_interval(Duration::from_millis(1000))
-            .keep_alive_timeout(Duration::from_secs(3));
-        let channel = endpoint.connect().await.map_err(|e| StoreError::StoreUnavailable {
+            .map_err(|e| StoreError::InvalidArgument { what: format!("store address {addr:?}: {e}") })?;
+        let channel = configure(endpoint).connect().await.map_err(|e| StoreError::StoreUnavailable {
             what: format!("cannot connect to the store node at {addr}: {e}"),
         })?;
-        let rpc = StoreClient::with_interceptor(channel, Auth(auth))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let plane = connect_data_plane(&rpc, addr, token, true).await?;
-        Ok(Client { rpc, addr: addr.to_owned(), plane, token: token.map(str::to_owned) })
+        let auth = Auth(auth);
+        let mut rpc = rpc_over(channel, auth.clone());
+        let Some(info) = data_plane_info(&rpc).await? else {
+            return Ok(Client { rpc, addr: addr.to_owned(), plane: None, token: token.map(str::to_owned), local_calls: false });
+        };
+        let mut local_calls = false;
+        if is_loopback(addr) && !info.rpc_unix_path.is_empty() {
+            match local_rpc(&info, auth).await {
+                Ok(local) => (rpc, local_calls) = (local, true),
+                // A node in a container, say: its path is not ours.
+                Err(e) => tracing::debug!("no local gRPC socket ({e}); calls go over TCP"),
+            }
+        }
+        let plane = connect_data_plane(&info, addr, token, true).await?;
+        Ok(Client { rpc, addr: addr.to_owned(), plane, token: token.map(str::to_owned), local_calls })
     }
 
     /// This client with blocks over the gRPC stream RPCs instead of the
@@ -148,8 +154,17 @@ impl Client {
     /// This client with blocks over the data plane's TCP port even on the
     /// node's machine (to compare with its Unix socket).
     pub async fn blocks_over_tcp(mut self) -> Result<Client> {
-        self.plane = connect_data_plane(&self.rpc, &self.addr, self.token.as_deref(), false).await?;
+        self.plane = match data_plane_info(&self.rpc).await? {
+            Some(info) => connect_data_plane(&info, &self.addr, self.token.as_deref(), false).await?,
+            None => None,
+        };
         Ok(self)
+    }
+
+    /// Whether calls go over the node's Unix socket (a client on the
+    /// node's machine that reached it at a loopback address).
+    pub fn calls_locally(&self) -> bool {
+        self.local_calls
     }
 
     /// Whether blocks travel over the node's data plane.
@@ -493,18 +508,58 @@ async fn read_small(rpc: &Rpc, action: u64, key: &str, mode: proto::LockMode) ->
 /// Asks the node where its data plane is and opens it; `None` when the
 /// node has none (an older node, or one serving gRPC only). A client on
 /// the node's machine (reached over loopback) uses its Unix socket.
-async fn connect_data_plane(rpc: &Rpc, addr: &str, token: Option<&str>, local: bool) -> Result<Option<Arc<DataPlane>>> {
-    let info = match rpc.clone().data_plane(proto::Empty {}).await {
-        Ok(r) => r.into_inner(),
-        Err(s) if s.code() == tonic::Code::Unimplemented => return Ok(None),
-        Err(s) => return Err(s.into()),
-    };
-    if info.port == 0 {
-        return Ok(None);
+/// The settings every channel to a node has, TCP or Unix.
+fn configure(endpoint: Endpoint) -> Endpoint {
+    endpoint
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(2))
+        .initial_stream_window_size(8 << 20)
+        .initial_connection_window_size(32 << 20)
+        .http2_keep_alive_interval(Duration::from_millis(1000))
+        .keep_alive_timeout(Duration::from_secs(3))
+}
+
+fn rpc_over(channel: Channel, auth: Auth) -> Rpc {
+    StoreClient::with_interceptor(channel, auth).max_decoding_message_size(MAX_MESSAGE_BYTES).max_encoding_message_size(MAX_MESSAGE_BYTES)
+}
+
+/// Where the node's data plane and Unix sockets are; `None` from a node
+/// without a data plane.
+async fn data_plane_info(rpc: &Rpc) -> Result<Option<proto::DataPlaneInfo>> {
+    match rpc.clone().data_plane(proto::Empty {}).await {
+        Ok(r) => Ok(Some(r.into_inner()).filter(|info| info.port != 0)),
+        Err(s) if s.code() == tonic::Code::Unimplemented => Ok(None),
+        Err(s) => Err(s.into()),
     }
+}
+
+fn is_loopback(addr: &str) -> bool {
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-    let loopback = host == "localhost" || host.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
-    if local && loopback && !info.unix_path.is_empty() {
+    host == "localhost" || host.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The node's service over its Unix socket, for a client on its machine;
+/// checked to be the same node (it names the same data plane port).
+async fn local_rpc(info: &proto::DataPlaneInfo, auth: Auth) -> Result<Rpc> {
+    let path = std::path::PathBuf::from(&info.rpc_unix_path);
+    let connector = tower::service_fn(move |_: tonic::transport::Uri| {
+        let path = path.clone();
+        async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+    });
+    // The URI only fills in the requests' :authority; the connector ignores it.
+    let channel = configure(Endpoint::from_static("http://localhost")).connect_with_connector(connector).await.map_err(|e| {
+        StoreError::StoreUnavailable { what: format!("the node's Unix socket {}: {e}", info.rpc_unix_path) }
+    })?;
+    let rpc = rpc_over(channel, auth);
+    match data_plane_info(&rpc).await? {
+        Some(there) if there.port == info.port => Ok(rpc),
+        _ => Err(StoreError::StoreUnavailable { what: format!("{} is another node's socket", info.rpc_unix_path) }),
+    }
+}
+
+async fn connect_data_plane(info: &proto::DataPlaneInfo, addr: &str, token: Option<&str>, local: bool) -> Result<Option<Arc<DataPlane>>> {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    if local && is_loopback(addr) && !info.unix_path.is_empty() {
         match DataPlane::connect(Target::Unix(info.unix_path.clone().into()), token).await {
             Ok(plane) => return Ok(Some(Arc::new(plane))),
             Err(e @ StoreError::Unauthenticated { .. }) => return Err(e),

@@ -30,6 +30,8 @@ pub(crate) struct Rpc {
     pub(crate) data_port: u16,
     /// Its Unix socket, for clients on this machine.
     pub(crate) unix_path: Option<std::path::PathBuf>,
+    /// This service's own Unix socket, for clients on this machine.
+    pub(crate) rpc_unix_path: Option<std::path::PathBuf>,
 }
 
 type Reply<T> = Result<Response<T>, Status>;
@@ -95,7 +97,8 @@ impl Store for Rpc {
     type GetBlockStream = BoxStream<proto::BlockChunk>;
 
     async fn open_session(&self, req: Request<Streaming<proto::Heartbeat>>) -> Reply<Self::OpenSessionStream> {
-        let peer = req.remote_addr().map_or_else(|| "?".to_owned(), |a| a.to_string());
+        // No address: the client came over the Unix socket.
+        let peer = req.remote_addr().map_or_else(|| "this machine".to_owned(), |a| a.to_string());
         let mut incoming = req.into_inner();
         let first = incoming.message().await?.ok_or_else(|| invalid("a session opens with a heartbeat"))?;
         let (id, mut ended) = self.node.open_session(first.client_name, peer);
@@ -125,8 +128,12 @@ impl Store for Rpc {
     }
 
     async fn data_plane(&self, _: Request<proto::Empty>) -> Reply<proto::DataPlaneInfo> {
-        let unix_path = self.unix_path.as_ref().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
-        Ok(Response::new(proto::DataPlaneInfo { port: self.data_port as u32, unix_path }))
+        let path = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        Ok(Response::new(proto::DataPlaneInfo {
+            port: self.data_port as u32,
+            unix_path: path(&self.unix_path),
+            rpc_unix_path: path(&self.rpc_unix_path),
+        }))
     }
 
     async fn begin(&self, req: Request<proto::BeginRequest>) -> Reply<proto::BeginReply> {

@@ -257,6 +257,33 @@ async fn a_node_with_a_token_refuses_clients_without_it() {
     assert!(reply.ok && reply.len == 0);
 }
 
+/// A client on the node's machine calls over the node's Unix socket, which
+/// checks the token as the TCP port does; without the socket (a node in a
+/// container, say) the client falls back to TCP.
+#[tokio::test]
+async fn local_clients_call_over_the_unix_socket() {
+    let n = node_with(|c| c.token = Some("s3cret".into())).await;
+    assert!(n.client.calls_locally(), "a loopback client should use the node's Unix socket");
+    n.client.list_matrices().await.unwrap();
+    let socket = n._dir.path().join(store::RPC_SOCKET);
+
+    let connector = tower::service_fn(move |_: tonic::transport::Uri| {
+        let socket = socket.clone();
+        async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(socket).await?)) }
+    });
+    let channel = tonic::transport::Endpoint::from_static("http://localhost").connect_with_connector(connector).await.unwrap();
+    let mut bare = store_client::proto::store_client::StoreClient::new(channel);
+    let e = StoreError::from(bare.list_matrices(store_client::proto::Empty {}).await.unwrap_err());
+    assert!(matches!(e, StoreError::Unauthenticated { .. }), "{e}");
+
+    std::fs::remove_file(n._dir.path().join(store::RPC_SOCKET)).unwrap();
+    let addr = n.running.as_ref().unwrap().addr().to_string();
+    let tcp = Client::connect(&addr, Some("s3cret")).await.unwrap();
+    assert!(!tcp.calls_locally());
+    let m = tcp.create_matrix("over-tcp", 4, 4, 2).await.unwrap();
+    assert!(n.client.list_matrices().await.unwrap().iter().any(|x| x.id == m.id), "both clients see one node");
+}
+
 async fn data_plane_hello(addr: std::net::SocketAddr, token: &[u8]) -> (wire::Reply, Vec<u8>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
