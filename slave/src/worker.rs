@@ -178,6 +178,7 @@ impl Slave {
         .await
         .map_err(|e| StoreError::StoreUnavailable { what: format!("task thread failed: {e}") })?;
         let id = job.id();
+        tracing::debug!(action = action.id(), ok = outcome.is_ok(), ms = started.elapsed().as_secs_f64() * 1e3, "task computed");
         match outcome {
             Ok(outcome) => {
                 let done = TaskDone {
@@ -251,8 +252,14 @@ async fn finish_task(
     done.count = before.and_then(|v| serde_json::from_slice::<TaskDone>(&v).ok()).map_or(0, |d| d.count) + 1;
     done.finished_ms = record::now_ms();
     action.write_small(&key, &serde_json::to_vec(&done).expect("plain struct")).await?;
+    let id = action.id();
     match action.commit().await {
-        Ok(()) => Ok(()),
+        Ok(()) => {
+            // With "task starts" and "task computed", a timeline of where a
+            // job's time goes (RUST_LOG=slave=debug).
+            tracing::debug!(action = id, "task committed");
+            Ok(())
+        }
         Err(e @ StoreError::ActionAborted { .. }) => {
             tracing::warn!("task {} of {} not committed: {e}", task.seq, task.bag);
             Ok(())
