@@ -30,6 +30,10 @@ pub struct TaskStats {
     pub block_reads: u64,
     /// Block writes.
     pub block_writes: u64,
+    /// Bytes of the blocks read (8 per element).
+    pub block_read_bytes: u64,
+    /// Bytes of the blocks written.
+    pub block_write_bytes: u64,
     /// Small-object reads (including flag waits).
     pub small_reads: u64,
     /// Small-object writes.
@@ -46,6 +50,8 @@ impl std::ops::AddAssign for TaskStats {
     fn add_assign(&mut self, o: TaskStats) {
         self.block_reads += o.block_reads;
         self.block_writes += o.block_writes;
+        self.block_read_bytes += o.block_read_bytes;
+        self.block_write_bytes += o.block_write_bytes;
         self.small_reads += o.small_reads;
         self.small_writes += o.small_writes;
         self.enqueues += o.enqueues;
@@ -200,6 +206,12 @@ impl<'a> MemCtx<'a> {
             .ok_or_else(|| CtxError::NotFound { what: id.to_string() })
     }
 
+    fn counted_read(&mut self, id: BlockId) -> Result<Block, CtxError> {
+        let b = self.block(id)?;
+        self.stats.block_read_bytes += 8 * (b.rows * b.cols) as u64;
+        Ok(b)
+    }
+
     fn small(&self, key: &str) -> Option<Vec<u8>> {
         self.pending.small.get(key).or_else(|| self.store.small.get(key)).cloned()
     }
@@ -223,16 +235,17 @@ impl TaskCtx for MemCtx<'_> {
                 self.stats.prefetch_misses += 1;
             }
         }
-        self.block(id)
+        self.counted_read(id)
     }
     fn read_block_for_update(&mut self, id: BlockId) -> Result<Block, CtxError> {
         // As the slave does: a read for update takes a write lock at once,
         // outside the announced stream, so it does not consume the hint.
         self.stats.block_reads += 1;
-        self.block(id)
+        self.counted_read(id)
     }
     fn write_block(&mut self, id: BlockId, block: &Block) -> Result<(), CtxError> {
         self.stats.block_writes += 1;
+        self.stats.block_write_bytes += 8 * (block.rows * block.cols) as u64;
         self.pending.blocks.insert(id, block.clone());
         Ok(())
     }

@@ -70,6 +70,11 @@ pub(crate) struct Args {
     /// the source).
     #[arg(long)]
     diagonal_syrk: bool,
+    /// LU without pivoting: the blocks below the diagonal are solved as
+    /// parallel tasks, not in the serial factor step (this implementation;
+    /// the source solved them in the factor step).
+    #[arg(long)]
+    lu_parallel_solves: bool,
     /// Store nodes.
     #[arg(long, default_value_t = 1)]
     store_nodes: u64,
@@ -157,13 +162,16 @@ fn print_prediction(pr: &Prediction) {
         mb(v.put_bytes),
         mb(v.input_bytes)
     );
-    println!("  T1                {:>12.1} s", pr.t1);
+    if pr.barriers > 0 {
+        println!("  barriers {}", pr.barriers);
+    }
+    println!("  T1                {:>12.2} s", pr.t1);
     println!("  T_inf in          [{:.1}, {:.1}] s", pr.t_inf.lwr, pr.t_inf.upr);
     println!("  T_s (s={}) in     [{:.1}, {:.1}] s", pr.slaves, pr.t_s.lwr, pr.t_s.upr);
     if pr.flops > 0.0 {
-        println!("  predicted         {:>12.1} s   ({:.1} Mflop/s)", pr.predicted, pr.rate / 1e6);
+        println!("  predicted         {:>12.2} s   ({:.1} Mflop/s)", pr.predicted, pr.rate / 1e6);
     } else {
-        println!("  predicted         {:>12.1} s   (speedup {:.2})", pr.predicted, pr.t1 / pr.predicted);
+        println!("  predicted         {:>12.2} s   (speedup {:.2})", pr.predicted, pr.t1 / pr.predicted);
     }
     println!("  longest task      {:>12.2} s", pr.longest_task);
     println!("  memory per slave  {:>12.1} MiB", pr.memory_per_slave / (1024.0 * 1024.0));
@@ -243,6 +251,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             write_behind: !args.no_write_behind,
             slave_reads: args.slave_reads,
             diagonal_syrk: args.diagonal_syrk,
+            lu_parallel_solves: args.lu_parallel_solves,
             store_nodes: args.store_nodes,
             shared_cpu: args.cores.map(|cores| SharedCpu { cores, store_share: 1.0 }),
             use_bsp: args.bsp,

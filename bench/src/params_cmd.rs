@@ -237,6 +237,7 @@ struct KernelSweep {
     factor: Vec<Point>,
     lu: Vec<Point>,
     syrk: Vec<Point>,
+    lu_solve: Vec<Point>,
 }
 
 impl KernelSweep {
@@ -249,6 +250,7 @@ impl KernelSweep {
             factor: pts(&self.factor),
             lu: pts(&self.lu),
             syrk: pts(&self.syrk),
+            lu_solve: pts(&self.lu_solve),
         }
     }
 }
@@ -276,6 +278,7 @@ fn sweep_kernels_best_of(sizes: &[usize], min_secs: f64, passes: usize) -> Kerne
         best(&mut k.factor, s.factor);
         best(&mut k.lu, s.lu);
         best(&mut k.syrk, s.syrk);
+        best(&mut k.lu_solve, s.lu_solve);
     }
     k
 }
@@ -303,19 +306,28 @@ fn sweep_kernels(sizes: &[usize], min_secs: f64) -> KernelSweep {
         });
         // Cholesky's diagonal update: C −= A·Aᵀ, lower triangle, b³ flop.
         let t_syrk = time_kernel(min_secs, || random_block(b, 5), |c| kernels::syrk_lower(-1.0, &a, 1.0, c));
+        // LU's solves, b³ flop each: L(i,k) = X·U⁻¹ and U(k,j) = L⁻¹·X, with
+        // the factored diagonal block; half of LU's solve tasks are each.
+        let mut d = spd.clone();
+        kernels::lu_nopiv(&mut d).expect("diagonally dominant block");
+        let t_solve_l = time_kernel(min_secs, || random_block(b, 6), |x| kernels::trsm_right_upper(&d, x));
+        let t_solve_u = time_kernel(min_secs, || random_block(b, 7), |x| kernels::trsm_left_lower_unit(&d, x));
+        let t_lu_solve = 0.5 * (t_solve_l + t_solve_u);
         let cube = bf * bf * bf;
+        k.lu_solve.push(Point { units: cube, secs: t_lu_solve });
         k.syrk.push(Point { units: cube, secs: t_syrk });
         k.multiply.push(Point { units: 2.0 * cube, secs: t_mult });
         k.solve.push(Point { units: cube, secs: t_solve });
         k.factor.push(Point { units: cube / 3.0, secs: t_chol });
         k.lu.push(Point { units: 2.0 * cube / 3.0, secs: t_lu });
         eprintln!(
-            "kernels b={b:>5}: gemm {:>7.2} Gflop/s  trsm {:>7.2}  potrf {:>7.2}  getrf {:>7.2}  syrk {:>7.2}",
+            "kernels b={b:>5}: gemm {:>7.2} Gflop/s  trsm {:>7.2}  potrf {:>7.2}  getrf {:>7.2}  syrk {:>7.2}  LU trsm {:>7.2}",
             2.0 * cube / t_mult / 1e9,
             cube / t_solve / 1e9,
             cube / 3.0 / t_chol / 1e9,
             2.0 * cube / 3.0 / t_lu / 1e9,
-            cube / t_syrk / 1e9
+            cube / t_syrk / 1e9,
+            cube / t_lu_solve / 1e9
         );
     }
     k

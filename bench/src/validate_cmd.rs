@@ -20,8 +20,10 @@
 //!   the slaves, on the store node's machine, read blocks from its files
 //!   themselves (`Options::slave_reads`), so reads are not the store's
 //!   serialised time; Cholesky's diagonal updates are dsyrk
-//!   (`Options::diagonal_syrk`); kernels take their measured times by size
-//!   (`Params::kernels`).
+//!   (`Options::diagonal_syrk`); LU solves the blocks below the diagonal as
+//!   tasks of their own, not in the serial factor step
+//!   (`Options::lu_parallel_solves`); kernels take their measured times by
+//!   size (`Params::kernels`, LU's dtrsm variants included).
 //!
 //! The error is `(predicted − measured) / measured`; the target is 10 %
 //! for every point (issue 6).
@@ -113,6 +115,7 @@ pub(crate) fn implementation_options(app: App, s: u64, cores: u64) -> Options {
         write_behind: true,
         slave_reads: true,
         diagonal_syrk: true,
+        lu_parallel_solves: true,
         pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
         ..Options::with_slaves(s)
     }

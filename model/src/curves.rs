@@ -29,6 +29,9 @@ pub enum Kernel {
     Lu,
     /// Symmetric rank-b update of a diagonal block (dsyrk): `b³` flop.
     Syrk,
+    /// LU's triangular solves (dtrsm right-upper for `L`, left-lower-unit
+    /// for `U`, half each): `b³` flop. Without a curve, [`Kernel::Solve`]'s.
+    LuSolve,
 }
 
 /// Measured `[flop, seconds]` points per kernel, by increasing flop.
@@ -49,6 +52,10 @@ pub struct KernelCurves {
     /// dsyrk.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub syrk: Vec<[f64; 2]>,
+    /// LU's two dtrsm variants, the mean of their times. Cholesky's variant
+    /// (`solve`) ran 22 Gflop/s at b = 256 here, LU's left-lower-unit 15.5.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lu_solve: Vec<[f64; 2]>,
 }
 
 impl KernelCurves {
@@ -60,6 +67,7 @@ impl KernelCurves {
             Kernel::Factor => &self.factor,
             Kernel::Lu => &self.lu,
             Kernel::Syrk => &self.syrk,
+            Kernel::LuSolve => &self.lu_solve,
         }
     }
 
@@ -70,6 +78,7 @@ impl KernelCurves {
             ("factor", Kernel::Factor),
             ("lu", Kernel::Lu),
             ("syrk", Kernel::Syrk),
+            ("lu_solve", Kernel::LuSolve),
         ] {
             let curve = self.of(k);
             for (i, &[x, t]) in curve.iter().enumerate() {

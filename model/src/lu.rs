@@ -5,6 +5,11 @@
 //! multiply step (`p−k+1` tasks), a serial factor step (factor the diagonal
 //! block, solve the blocks below it and, with pivoting, search and swap
 //! rows), and a solve step (`p−k` tasks).
+//!
+//! With [`Options::lu_parallel_solves`] (this implementation, without
+//! pivoting) the factor step only factors the diagonal block, and the
+//! solve step also holds the `p−k` solves of the blocks below it, each a
+//! task of its own ([`steps_parallel_solves`], [`volumes_parallel_solves`]).
 
 use crate::options::Options;
 use crate::params::ELEMENT_BYTES;
@@ -49,6 +54,34 @@ pub fn factor_task(t: &Primitives, p: u64, k: u64, pivot: bool) -> TaskCost {
 pub fn solve_task(t: &Primitives, k: u64) -> TaskCost {
     let k = k as f64;
     task(t, 2.0 * k, 1.0, (k - 1.0) * ops(t) + t.tsolve)
+}
+
+/// A solve of a block below the diagonal as its own task (extension):
+/// reads the block and the factored diagonal block, `tsolve`, writes the block.
+pub fn solve_l_task(t: &Primitives) -> TaskCost {
+    task(t, 2.0, 1.0, t.tsolve_lu)
+}
+
+/// The `3p−1` barrier steps of this implementation without pivoting
+/// ([`Options::lu_parallel_solves`]): multiply (`p−k+1` tasks), factor the
+/// diagonal block (one task: a read, `tlu`, a write), solve (`p−k` tasks
+/// below the diagonal and `p−k` right of it).
+pub fn steps_parallel_solves(t: &Primitives, p: u64) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for k in 1..=p {
+        let mut mult = Step::default();
+        mult.push(p - k + 1, multiply_task(t, k));
+        steps.push(mult);
+        steps.push(Step::single(task(t, 1.0, 1.0, t.tlu)));
+        if k < p {
+            let mut solve = Step::default();
+            solve.push(p - k, solve_l_task(t));
+            let u = solve_task(t, k);
+            solve.push(p - k, TaskCost { comp: u.comp - t.tsolve + t.tsolve_lu, ..u });
+            steps.push(solve);
+        }
+    }
+    steps
 }
 
 /// The `3p−1` barrier steps.
@@ -164,6 +197,57 @@ pub fn volumes(n: u64, b: u64, pivot: bool) -> Volumes {
         puts += piv_puts as u64;
         get_el += piv_gets * avg;
         put_el += piv_puts * avg;
+    }
+    let nf = n as f64;
+    Volumes {
+        n_tasks: tasks,
+        input_bytes: ELEMENT_BYTES * nf * nf,
+        n_gets: gets,
+        get_bytes: ELEMENT_BYTES * get_el,
+        n_puts: puts,
+        put_bytes: ELEMENT_BYTES * put_el,
+    }
+}
+
+/// Tasks, reads and writes of [`steps_parallel_solves`], at the blocks'
+/// real sizes.
+pub fn volumes_parallel_solves(n: u64, b: u64) -> Volumes {
+    let w = block_widths(n, b);
+    let p = w.len();
+    let (mut gets, mut puts, mut get_el, mut put_el, mut tasks) = (0u64, 0u64, 0.0, 0.0, 0u64);
+    let mut prefix = 0.0; // Σ_{j<k} w_j
+    for k in 0..p {
+        let diag = w[k] * w[k];
+        for &wi in &w[k..] {
+            tasks += 1;
+            gets += 1 + 2 * k as u64;
+            puts += 1;
+            get_el += wi * w[k] + (wi + w[k]) * prefix;
+            put_el += wi * w[k];
+        }
+        // Factor: the diagonal block, read and written.
+        tasks += 1;
+        gets += 1;
+        puts += 1;
+        get_el += diag;
+        put_el += diag;
+        for &wi in &w[k + 1..] {
+            // L(i,k): X(i,k) and the diagonal block in, L(i,k) out.
+            tasks += 1;
+            gets += 2;
+            puts += 1;
+            get_el += wi * w[k] + diag;
+            put_el += wi * w[k];
+        }
+        for &wj in &w[k + 1..] {
+            // U(k,j): A(k,j), L(k,i), U(i,j) for i < k, and L(k,k).
+            tasks += 1;
+            gets += 2 + 2 * k as u64;
+            puts += 1;
+            get_el += w[k] * wj + (w[k] + wj) * prefix + diag;
+            put_el += w[k] * wj;
+        }
+        prefix += w[k];
     }
     let nf = n as f64;
     Volumes {

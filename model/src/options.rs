@@ -110,6 +110,12 @@ pub struct Options {
     /// implementation). The thesis charged a multiply (A.11).
     #[serde(default)]
     pub diagonal_syrk: bool,
+    /// LU without pivoting factors only the diagonal block in its serial
+    /// step, and solves the blocks below it as parallel tasks beside the
+    /// `U` solves (extension; this implementation, the improvement the
+    /// thesis suggests). The thesis's factor step solved them itself (B.1).
+    #[serde(default)]
+    pub lu_parallel_solves: bool,
     /// `v`, the number of store nodes: divides the store's busy time in the
     /// lower bounds (§5.4) and adds buffers in the memory rules (5.7–5.17).
     pub store_nodes: u64,
@@ -147,6 +153,7 @@ impl Default for Options {
             write_behind: false,
             slave_reads: false,
             diagonal_syrk: false,
+            lu_parallel_solves: false,
             store_nodes: 1,
             shared_cpu: None,
             use_bsp: false,

@@ -269,6 +269,8 @@ impl Params {
             return crate::curves::interpolate(curve, flop);
         }
         let rate = match kernel {
+            // Measured files before LU's solves were swept: Cholesky's solve.
+            Kernel::LuSolve => return self.kernel_time(Kernel::Solve, flop),
             Kernel::Multiply | Kernel::Syrk => self.multiply,
             Kernel::Solve => self.solve_rate(),
             Kernel::Factor | Kernel::Lu => self.factor_rate(),

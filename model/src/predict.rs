@@ -122,6 +122,8 @@ pub struct Prediction {
     pub rate: f64,
     /// The longest task, seconds.
     pub longest_task: f64,
+    /// Barriers between steps (0 for one bag or a dag).
+    pub barriers: u64,
     /// Memory a slave needs for blocks, bytes.
     pub memory_per_slave: f64,
     /// Cost of one slave failure.
@@ -148,7 +150,7 @@ enum Shape {
 fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown: f64) -> Result<Shape, ModelError> {
     let p = n.div_ceil(b);
     if app == App::Raytrace {
-        return Ok(with_overhead(Shape::Steps(raytrace::steps(params, n, b, options, slowdown)), params, p));
+        return Ok(with_overhead(Shape::Steps(raytrace::steps(params, n, b, options, slowdown)), params, p, options));
     }
     let mut t = Primitives::square(params, b, options)?.slowed(slowdown);
     if let App::Cholesky(_) = app {
@@ -156,6 +158,7 @@ fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown:
     }
     let shape = match app {
         App::Matmul => Shape::Steps(matmul::steps(&t, p, b, options)),
+        App::Lu { pivot: false } if options.lu_parallel_solves => Shape::Steps(lu::steps_parallel_solves(&t, p)),
         App::Lu { pivot } => Shape::Steps(lu::steps(&t, p, pivot)),
         App::Cholesky(v @ (Variant::MultiStep1 | Variant::MultiStep2)) => Shape::Steps(cholesky::steps(&t, p, v)),
         App::Cholesky(v) => {
@@ -164,7 +167,7 @@ fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown:
         }
         App::Raytrace => unreachable!("handled above"),
     };
-    Ok(with_overhead(shape, params, p))
+    Ok(with_overhead(shape, params, p, options))
 }
 
 /// Share of the per-task overhead serialised at the store node (see
@@ -178,16 +181,38 @@ pub const TASK_OVERHEAD_STORE_SHARE: f64 = 0.5;
 /// the four round trips (begin, dequeue, record, commit) of an empty task.
 pub const DAG_RELEASE_SHARE: f64 = 0.5;
 
+/// Share of the per-task overhead a barrier costs beyond its last task's
+/// puts ([`Step::with_barrier`]): the last task's record and commit, then
+/// a dequeue that finds the bag empty and the abort of its action, about
+/// the four round trips of an empty task. (Measured, LU n = 4096, b = 256,
+/// one slave: 4.5–4.8 ms from a step's last task computed to the next
+/// step's first task starting, against 1.5–2.0 ms between two tasks of a
+/// step; the model's barrier is 1.1 ms of put plus this.)
+pub const BARRIER_SHARE: f64 = 1.0;
+
 /// Adds `Params::task_overhead` to every task (extension; nothing when the
 /// parameter is absent), and to the dag's tasks their dependency releases
 /// at [`DAG_RELEASE_SHARE`] of it each, spread evenly over the tasks. Each
 /// task on the dag's critical path pays the same (a successor starts after
-/// its producer's commit).
-fn with_overhead(shape: Shape, params: &Params, p: u64) -> Shape {
+/// its producer's commit). Every barrier step but the last pays its ending
+/// ([`Step::with_barrier`]; the last one's is in `Params::job_latency`).
+fn with_overhead(shape: Shape, params: &Params, p: u64, options: &Options) -> Shape {
     let Some(o) = params.task_overhead.filter(|&o| o > 0.0) else { return shape };
     let add = |st: &Step, extra: f64| st.with_task_overhead(o + extra, TASK_OVERHEAD_STORE_SHARE);
+    let write_behind = options.slave_overlap && options.write_behind;
     match shape {
-        Shape::Steps(steps) => Shape::Steps(steps.iter().map(|st| add(st, 0.0)).collect()),
+        Shape::Steps(steps) => {
+            let last = steps.len().saturating_sub(1);
+            let barrier = |(k, st): (usize, &Step)| {
+                let st = add(st, 0.0);
+                if k < last {
+                    st.with_barrier(write_behind, BARRIER_SHARE * o)
+                } else {
+                    st
+                }
+            };
+            Shape::Steps(steps.iter().enumerate().map(barrier).collect())
+        }
         Shape::Graph(t, all, v, _) => {
             let releases = if v == Variant::Dag { cholesky::dag_releases(p) as f64 } else { 0.0 };
             let per_task = releases / all.n_tasks().max(1) as f64 * DAG_RELEASE_SHARE * o;
@@ -281,6 +306,10 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
     let single = shape(app, params, n, b, options, slowdown(1))?;
     let t1 = single.t1(ov);
     let longest_task = single.longest();
+    let barriers = match &single {
+        Shape::Steps(steps) => steps.len().saturating_sub(1) as u64,
+        Shape::Graph(..) => 0,
+    };
     let with_s = if options.shared_cpu.is_some() { shape(app, params, n, b, options, slowdown(s))? } else { free };
     let t_s = match (&with_s, &single) {
         // Extension: the cores are shared only among the slaves that have
@@ -303,6 +332,7 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
     let volumes = match app {
         App::Matmul => matmul::volumes(n, b, options.matmul_caching, s),
         App::Cholesky(v) => cholesky::volumes(n, b, v),
+        App::Lu { pivot: false } if options.lu_parallel_solves => lu::volumes_parallel_solves(n, b),
         App::Lu { pivot } => lu::volumes(n, b, pivot),
         App::Raytrace => raytrace::volumes(n, b, options),
     };
@@ -337,6 +367,7 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
         flops,
         rate: if predicted > 0.0 { flops / predicted } else { 0.0 },
         longest_task,
+        barriers,
         memory_per_slave,
         // §5.5.2's overlap (two threads, or the next task prefetched) holds two
         // tasks per slave; a prefetch within the task (share < 1, this
@@ -393,7 +424,9 @@ mod tests {
             let a = predict(app, 1200, 300, &base, &o).unwrap();
             let b = predict(app, 1200, 300, &with, &o).unwrap();
             let releases = if app == App::Cholesky(Variant::Dag) { cholesky::dag_releases(4) as f64 } else { 0.0 };
-            let want = a.t1 + 0.01 * (a.volumes.n_tasks as f64 + DAG_RELEASE_SHARE * releases);
+            // Without write-behind a barrier's puts are in its last task already.
+            let barriers = BARRIER_SHARE * a.barriers as f64;
+            let want = a.t1 + 0.01 * (a.volumes.n_tasks as f64 + DAG_RELEASE_SHARE * releases + barriers);
             assert!((b.t1 - want).abs() < 1e-9 * want, "{app}: {} vs {want}", b.t1);
             // With two slaves half of it is serialised at the store: never
             // faster than without the overhead.

@@ -36,6 +36,9 @@ pub struct Primitives {
     pub tadd: f64,
     /// `tsolve = b³/P` (4.1), square blocks only.
     pub tsolve: f64,
+    /// LU's solves, `b³` flop at LU's dtrsm variants ([`Kernel::LuSolve`]);
+    /// `tsolve` unless that curve was measured.
+    pub tsolve_lu: f64,
     /// `tchol = b³/(3P)` (4.1), square blocks only.
     pub tchol: f64,
     /// `tlu = 2b³/(3P)`: the thesis leaves `tlu` unstated; this is the LU
@@ -94,6 +97,7 @@ impl Primitives {
             tmult: params.kernel_time(Kernel::Multiply, 2.0 * x * x * y),
             tadd: params.add_rate().cost(x * y),
             tsolve: params.kernel_time(Kernel::Solve, cube),
+            tsolve_lu: params.kernel_time(Kernel::LuSolve, cube),
             tchol: params.kernel_time(Kernel::Factor, cube / 3.0),
             tlu: params.kernel_time(Kernel::Lu, 2.0 * cube / 3.0),
             tdiag_update: if options.diagonal_syrk {
@@ -116,6 +120,7 @@ impl Primitives {
             tmult: self.tmult * factor,
             tadd: self.tadd * factor,
             tsolve: self.tsolve * factor,
+            tsolve_lu: self.tsolve_lu * factor,
             tchol: self.tchol * factor,
             tlu: self.tlu * factor,
             tdiag_update: self.tdiag_update * factor,
@@ -173,6 +178,10 @@ mod tests {
         let t = Primitives::square(&params, 512, &Options::default()).unwrap();
         assert_eq!(t.tmult, 6e-3);
         assert_eq!(t.tsolve, 5e-3);
+        // No curve of LU's solves: Cholesky's solve stands in; with one, its own.
+        assert_eq!(t.tsolve_lu, 5e-3);
+        params.kernels.as_mut().unwrap().lu_solve = vec![[cube, 7e-3]];
+        assert_eq!(Primitives::square(&params, 512, &Options::default()).unwrap().tsolve_lu, 7e-3);
         // No factor curve: the piecewise rate stays.
         assert_eq!(t.tchol, piecewise.tchol);
         // The thesis's diagonal update is a multiply; this implementation's a dsyrk.

@@ -22,6 +22,7 @@ const INF: Options = Options {
     write_behind: false,
     slave_reads: false,
     diagonal_syrk: false,
+    lu_parallel_solves: false,
     store_nodes: 1,
     shared_cpu: None,
     use_bsp: false,

@@ -1,6 +1,7 @@
 //! Property tests over random n, b, s (issue 6, test 2): bounds are ordered,
 //! `T_s` does not grow with `s`, and the data volumes are those of the
-//! tasks' real reads and writes, enumerated here task by task.
+//! tasks' real reads and writes, enumerated here task by task (and, in
+//! `bench/tests/model_volumes.rs`, counted from the apps' own tasks).
 
 use std::collections::BTreeSet;
 
@@ -94,14 +95,17 @@ fn params_strategy() -> impl Strategy<Value = Params> {
 }
 
 fn options_strategy() -> impl Strategy<Value = Options> {
-    (any::<bool>(), any::<bool>(), 1u64..=3, any::<bool>(), any::<bool>()).prop_map(|(server, slave, v, slave_reads, syrk)| Options {
-        server_double_buffer: server,
-        slave_overlap: slave,
-        store_nodes: v,
-        slave_reads,
-        diagonal_syrk: syrk,
-        ..Options::default()
-    })
+    (any::<bool>(), any::<bool>(), 1u64..=3, any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+        |(server, slave, v, slave_reads, syrk, lu_parallel_solves)| Options {
+            server_double_buffer: server,
+            slave_overlap: slave,
+            store_nodes: v,
+            slave_reads,
+            diagonal_syrk: syrk,
+            lu_parallel_solves,
+            ..Options::default()
+        },
+    )
 }
 
 /// `n` and `b` with at most 40 blocks per side (to keep the graph walks short).
