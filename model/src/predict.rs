@@ -150,7 +150,7 @@ enum Shape {
 fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown: f64) -> Result<Shape, ModelError> {
     let p = n.div_ceil(b);
     if app == App::Raytrace {
-        return Ok(with_overhead(Shape::Steps(raytrace::steps(params, n, b, options, slowdown)), params, p, options));
+        return Ok(with_overhead(Shape::Steps(raytrace::steps(params, n, b, options, slowdown)), params, p));
     }
     let mut t = Primitives::square(params, b, options)?.slowed(slowdown);
     if let App::Cholesky(_) = app {
@@ -167,7 +167,7 @@ fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown:
         }
         App::Raytrace => unreachable!("handled above"),
     };
-    Ok(with_overhead(shape, params, p, options))
+    Ok(with_overhead(shape, params, p))
 }
 
 /// Share of the per-task overhead serialised at the store node (see
@@ -196,17 +196,16 @@ pub const BARRIER_SHARE: f64 = 1.0;
 /// task on the dag's critical path pays the same (a successor starts after
 /// its producer's commit). Every barrier step but the last pays its ending
 /// ([`Step::with_barrier`]; the last one's is in `Params::job_latency`).
-fn with_overhead(shape: Shape, params: &Params, p: u64, options: &Options) -> Shape {
+fn with_overhead(shape: Shape, params: &Params, p: u64) -> Shape {
     let Some(o) = params.task_overhead.filter(|&o| o > 0.0) else { return shape };
     let add = |st: &Step, extra: f64| st.with_task_overhead(o + extra, TASK_OVERHEAD_STORE_SHARE);
-    let write_behind = options.slave_overlap && options.write_behind;
     match shape {
         Shape::Steps(steps) => {
             let last = steps.len().saturating_sub(1);
             let barrier = |(k, st): (usize, &Step)| {
                 let st = add(st, 0.0);
                 if k < last {
-                    st.with_barrier(write_behind, BARRIER_SHARE * o)
+                    st.with_barrier(BARRIER_SHARE * o)
                 } else {
                     st
                 }

@@ -15,9 +15,8 @@
 //!   at any instant the store is busy, or every slave computes (while the bag
 //!   is not empty), or the last slave computes (after it empties).
 //!
-//! Steps separated by barriers add up (3.11). A step may also carry an
-//! `ending` (extension): time every run of it pays in series after its
-//! last task computed, before the next step can start (see
+//! Steps separated by barriers add up (3.11). A step that ends at a
+//! barrier may also pay, in series, the ending of its last task (extension,
 //! [`Step::with_barrier`]).
 
 /// The cost of one task, split by resource.
@@ -101,15 +100,15 @@ impl Overlap {
 pub struct Step {
     /// The tasks, grouped into classes of identical cost.
     pub classes: Vec<TaskClass>,
-    /// Seconds after the step's last task computed until the next step can
-    /// start, in series whatever the number of slaves (0 in the thesis).
-    pub ending: f64,
+    /// `Some(protocol)`: the step ends at a barrier whose round trips take
+    /// `protocol` seconds ([`Step::with_barrier`]); `None` in the thesis.
+    pub barrier: Option<f64>,
 }
 
 impl Step {
     /// A step of one task.
     pub fn single(cost: TaskCost) -> Self {
-        Self { classes: vec![TaskClass { count: 1, cost }], ending: 0.0 }
+        Self { classes: vec![TaskClass { count: 1, cost }], barrier: None }
     }
 
     /// Adds `count` tasks of cost `cost`.
@@ -154,7 +153,7 @@ impl Step {
 
     /// The same tasks, each class's cost mapped by `f`.
     fn map_costs(&self, f: impl Fn(TaskCost) -> TaskCost) -> Step {
-        Step { classes: self.classes.iter().map(|c| TaskClass { count: c.count, cost: f(c.cost) }).collect(), ending: self.ending }
+        Step { classes: self.classes.iter().map(|c| TaskClass { count: c.count, cost: f(c.cost) }).collect(), barrier: self.barrier }
     }
 
     /// The same tasks with compute `factor` times slower.
@@ -176,14 +175,23 @@ impl Step {
     /// Extension: the step ends at a barrier. With write-behind a task's
     /// block puts and its commit run while the slave computes the next
     /// task; the step's last task has no next task in the step, so the
-    /// next step waits for its puts (the largest `put` of the step's
-    /// tasks, when `write_behind`) and for `protocol` seconds of round
-    /// trips: its record and commit, then the next dequeue finding the bag
-    /// empty. `protocol` comes from the per-task overhead
-    /// ([`crate::predict::BARRIER_SHARE`]).
-    pub fn with_barrier(&self, write_behind: bool, protocol: f64) -> Step {
-        let puts = if write_behind { self.max(|c| c.put) } else { 0.0 };
-        Step { ending: self.ending + puts + protocol, ..self.clone() }
+    /// next step waits for `protocol` seconds of round trips (its record
+    /// and commit, then the next dequeue finding the bag empty; from the
+    /// per-task overhead, [`crate::predict::BARRIER_SHARE`]) and for its
+    /// puts, as far as the step's time had them hidden under compute
+    /// ([`Step::ending`]).
+    pub fn with_barrier(&self, protocol: f64) -> Step {
+        Step { barrier: Some(protocol), ..self.clone() }
+    }
+
+    /// What the barrier adds in series: its round trips, and the last
+    /// task's puts (the largest `put` of the step) where write-behind had
+    /// hidden them. A step whose transfers outweigh its compute, or of one
+    /// task, has them in its time already.
+    pub fn ending(&self, ov: Overlap) -> f64 {
+        let Some(protocol) = self.barrier else { return 0.0 };
+        let last_put = if ov.slave && ov.write_behind { self.max(|c| c.put) } else { 0.0 };
+        protocol + self.tasks_t1_hiding(ov, last_put) - self.tasks_t1_hiding(ov, 0.0)
     }
 
     /// Store busy time, a lower bound on the step (3.3, 5.6, §5.4); reads
@@ -206,14 +214,15 @@ impl Step {
     /// `max{TCOMP, TGET+TPUT, longest task}`; a partial overlap hides
     /// `slave_share` of the reads, and all of the writes with write-behind.
     pub fn t1(&self, ov: Overlap) -> f64 {
-        self.tasks_t1(ov) + self.ending
+        self.tasks_t1_hiding(ov, 0.0) + self.ending(ov)
     }
 
-    /// [`Step::t1`] without the step's ending.
-    fn tasks_t1(&self, ov: Overlap) -> f64 {
+    /// [`Step::t1`] without the step's ending, with `unhidden` seconds of
+    /// the writes write-behind would hide left in series.
+    fn tasks_t1_hiding(&self, ov: Overlap, unhidden: f64) -> f64 {
         if ov.slave {
             let behind = if ov.write_behind { self.sum(|c| c.put) } else { 0.0 };
-            let hidden = ov.slave_share.clamp(0.0, 1.0) * (self.io() - behind) + behind;
+            let hidden = (ov.slave_share.clamp(0.0, 1.0) * (self.io() - behind) + behind - unhidden).max(0.0);
             (self.comp().max(hidden) + (self.io() - hidden)).max(self.longest())
         } else {
             self.sum(TaskCost::total)
@@ -233,7 +242,7 @@ impl Step {
         let busy_slaves = s.min(n);
         let lwr = self
             .store_busy(ov)
-            .max(self.tasks_t1(ov) / busy_slaves as f64)
+            .max(self.tasks_t1_hiding(ov, 0.0) / busy_slaves as f64)
             .max(self.longest());
         let serial = self.sum(TaskCost::total);
         let upr = if s >= n {
@@ -241,7 +250,8 @@ impl Step {
         } else {
             (self.io() + self.comp() / s as f64 + self.longest_comp()).min(serial)
         };
-        Bounds { lwr: lwr + self.ending, upr: upr + self.ending }
+        let ending = self.ending(ov);
+        Bounds { lwr: lwr + ending, upr: upr + ending }
     }
 }
 
@@ -315,7 +325,7 @@ mod tests {
         assert_eq!(st.t1(Overlap::NONE), 14.0);
         // Eight slaves: the store no longer bounds the step; each slave's task does.
         assert_eq!(st.bounds(8, Overlap::NONE).lwr, 4.0_f64.max(14.0 / 8.0).max(1.75));
-        let without = Step { classes: vec![TaskClass { count: 8, cost: TaskCost { at_slave: 0.0, ..st.classes[0].cost } }], ending: 0.0 };
+        let without = Step { classes: vec![TaskClass { count: 8, cost: TaskCost { at_slave: 0.0, ..st.classes[0].cost } }], barrier: None };
         assert_eq!(without.bounds(8, Overlap::NONE).lwr, 10.0);
     }
 
@@ -325,15 +335,21 @@ mod tests {
         // Per task: reads 1.0 s, writes 0.5 s, compute 2.0 s.
         st.push(10, TaskCost { disk: 1.5, comp: 2.0, put: 0.5, ..TaskCost::default() });
         let behind = Overlap { slave: true, slave_share: 0.5, write_behind: true, ..Overlap::NONE };
-        let ended = st.with_barrier(true, 0.25);
-        assert_eq!(ended.ending, 0.75);
+        let ended = st.with_barrier(0.25);
+        assert_eq!(ended.ending(behind), 0.75);
         assert_eq!(ended.t1(behind), st.t1(behind) + 0.75);
         for s in [1, 2, 5, 10, 100] {
             let (a, b) = (st.bounds(s, behind), ended.bounds(s, behind));
             assert_eq!((b.lwr, b.upr), (a.lwr + 0.75, a.upr + 0.75), "s={s}: in series, not divided among slaves");
         }
         // Without write-behind the puts are in the tasks' time already.
-        assert_eq!(st.with_barrier(false, 0.25).ending, 0.25);
+        assert_eq!(ended.ending(Overlap { write_behind: false, ..behind }), 0.25);
+        // Nor does a step bound by its transfers hide them, or a step of one task.
+        let mut copies = Step::default();
+        copies.push(4, TaskCost { disk: 1.5, put: 0.5, ..TaskCost::default() });
+        assert_eq!(copies.with_barrier(0.25).ending(behind), 0.25);
+        let one = Step::single(TaskCost { disk: 1.5, comp: 2.0, put: 0.5, ..TaskCost::default() });
+        assert_eq!(one.with_barrier(0.25).ending(behind), 0.25);
     }
 
     #[test]
