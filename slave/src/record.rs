@@ -59,12 +59,15 @@ pub fn job_key(id: Uuid) -> String {
     format!("job/{id}")
 }
 
+/// Where a job's end is recorded: `jobstate/<id>/finished` or `/failed`.
+pub const JOB_STATE_PREFIX: &str = "jobstate/";
+
 pub fn failed_key(id: Uuid) -> String {
-    format!("jobstate/{id}/failed")
+    format!("{JOB_STATE_PREFIX}{id}/failed")
 }
 
 pub fn finished_key(id: Uuid) -> String {
-    format!("jobstate/{id}/finished")
+    format!("{JOB_STATE_PREFIX}{id}/finished")
 }
 
 pub fn done_prefix(id: Uuid) -> String {

@@ -135,7 +135,17 @@ impl Slave {
         h.await.map_err(|e| StoreError::StoreUnavailable { what: format!("task commit failed: {e}") })?
     }
 
+    /// The oldest job that has neither finished nor failed. Two scans
+    /// whatever the number of jobs the store has seen (a look per job made
+    /// an idle slave's poll cost two round trips per finished job).
     async fn next_job(&self) -> Result<Option<JobRecord>, StoreError> {
+        let ended: std::collections::HashSet<String> = self
+            .client
+            .scan_small(record::JOB_STATE_PREFIX, 0)
+            .await?
+            .into_iter()
+            .filter_map(|(k, _)| k.strip_prefix(record::JOB_STATE_PREFIX).and_then(|rest| rest.split_once('/')).map(|(id, _)| id.to_owned()))
+            .collect();
         let mut jobs: Vec<JobRecord> = self
             .client
             .scan_small("job/", 0)
@@ -143,17 +153,10 @@ impl Slave {
             .into_iter()
             .filter_map(|(_, v)| serde_json::from_slice(&v).ok())
             .filter(|j: &JobRecord| self.config.job.is_none_or(|only| only == j.id()))
+            .filter(|j: &JobRecord| !ended.contains(&j.id().to_string()))
             .collect();
         jobs.sort_by_key(|j| j.submitted_ms);
-        for job in jobs {
-            let id = job.id();
-            if self.client.peek_small(&record::finished_key(id)).await?.is_none()
-                && self.client.peek_small(&record::failed_key(id)).await?.is_none()
-            {
-                return Ok(Some(job));
-            }
-        }
-        Ok(None)
+        Ok(jobs.into_iter().next())
     }
 
     /// One task in one top-level action: compute on a blocking thread (the
@@ -192,7 +195,9 @@ impl Slave {
                 let key = record::done_key(id, bag_index, task.seq);
                 // One ending at a time: the slave holds at most one task's
                 // unfinished writes besides the running task's.
+                let waited = Instant::now();
                 self.settle().await?;
+                tracing::debug!(ms = waited.elapsed().as_secs_f64() * 1e3, "previous ending settled");
                 self.finishing = Some(tokio::spawn(finish_task(self.session.clone(), id, action, writes, key, done, task)));
                 Ok(())
             }
