@@ -3,8 +3,10 @@
 //! crate's TOML parameter file.
 //!
 //! * `P` (multiply), solve and factor: the slaves' own kernels
-//!   (`apps::kernels`: dgemm, dtrsm, dpotrf, dgetrf), single-threaded as a
-//!   slave runs them, over a sweep of block sizes.
+//!   (`apps::kernels`: dgemm, dtrsm, dpotrf, dgetrf, dsyrk, and LU's two
+//!   dtrsm variants), single-threaded as a slave runs them, over a sweep of
+//!   block sizes, each call on operands pushed out of the CPU caches first
+//!   ([`CacheEvictor`]), as a slave's blocks come from its reads.
 //! * `C` (network): a loopback TCP stream, request then `bytes` back, the
 //!   path a block takes between a store node and a slave on one machine.
 //! * `Dget` cold: block reads through an in-process store node right after
