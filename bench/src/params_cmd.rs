@@ -44,6 +44,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::report::Figure;
 
+/// The pause before each empty task that measures `task_wake`: about a
+/// b = 256 task's compute.
+const IDLE_BEFORE_TASK: Duration = Duration::from_millis(5);
+
 /// Sphereflake level of the scene `bench params` measures and `bench
 /// validate` renders (the pixel rate depends on the scene).
 pub(crate) const RAY_LEVEL: u32 = 3;
@@ -389,6 +393,7 @@ struct StoreSweep {
     put: Vec<Point>,
     commit_small: f64,
     task_overhead: f64,
+    task_wake: f64,
 }
 
 /// Evicts every file under `dir` from the page cache (after syncing it):
@@ -514,6 +519,30 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     }
     let task_overhead = median(&mut times);
 
+    // The same after a pause as long as a small task's compute, with the
+    // client and the node idle meanwhile: what a slave's first round trips
+    // after a kernel pay (task_wake).
+    let bag = "bench-params/overhead-after-idle";
+    let a = session.begin().await?;
+    for k in 0..n_tasks / 2 {
+        a.enqueue(bag, &(k as u64).to_le_bytes()).await?;
+    }
+    a.commit().await?;
+    let mut after_idle = Vec::new();
+    loop {
+        tokio::time::sleep(IDLE_BEFORE_TASK).await;
+        let t = Instant::now();
+        let a = session.begin().await?;
+        let Dequeue::Task(task) = a.dequeue(bag, Duration::ZERO).await? else {
+            a.abort().await?;
+            break;
+        };
+        a.write_small(&format!("bench-params/done-after-idle/{}", task.seq), &[1u8; 64]).await?;
+        a.commit().await?;
+        after_idle.push(t.elapsed().as_secs_f64());
+    }
+    let task_wake = (median(&mut after_idle) - task_overhead).max(0.0);
+
     // Cached reads: a first pass warms the caches, the second is timed.
     let read_all = |client: Client, matrices: Vec<(usize, uuid::Uuid, u32)>| async move {
         let session = client.open_session("bench-params-read").await?;
@@ -546,7 +575,7 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     let cold_get = read_all(client.clone(), matrices).await?;
     drop(client);
     node.shutdown().await?;
-    Ok(StoreSweep { network, hot_get, cold_get, put, commit_small, task_overhead })
+    Ok(StoreSweep { network, hot_get, cold_get, put, commit_small, task_overhead, task_wake })
 }
 
 /// The store's own part of a transfer: measured time minus the network
@@ -607,9 +636,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     print_sweep("get cached", "B", 1e6, &st.hot_get, &disk_get_cached);
     print_sweep("put+commit", "B", 1e6, &st.put, &disk_put);
     eprintln!(
-        "small commit {:.3} ms, task overhead (begin, dequeue, record, commit) {:.3} ms",
+        "small commit {:.3} ms, task overhead (begin, dequeue, record, commit) {:.3} ms, {:.3} ms more after {:?} idle",
         st.commit_small * 1e3,
-        st.task_overhead * 1e3
+        st.task_overhead * 1e3,
+        st.task_wake * 1e3,
+        IDLE_BEFORE_TASK
     );
 
     let lat = if args.no_job_latency { None } else { Some(latencies(args.quick)?) };
@@ -641,6 +672,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         bsp: None,
         ray_pixel_rate: Some(ray),
         task_overhead: Some(st.task_overhead),
+        task_wake: Some(st.task_wake),
         job_latency: latency,
         slave_start: start,
         // Beside the fits: the kernels' rates keep rising with b over
@@ -666,6 +698,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     fig("params_disk_put_rate", disk_put.bandwidth / 1e6, "MB/s");
     fig("params_disk_put_threshold", disk_put.threshold, "B");
     fig("params_task_overhead", st.task_overhead * 1e3, "ms");
+    fig("params_task_wake", st.task_wake * 1e3, "ms");
     fig("params_ray_pixel_rate", ray, "pixel/s");
     if let Some(l) = latency {
         fig("params_job_latency", l * 1e3, "ms");

@@ -136,7 +136,7 @@ pub(crate) fn warm(params: &Params) -> Params {
 /// The thesis's model with these parameters: no per-task overhead, no job
 /// latency, piecewise kernel rates.
 fn thesis_params(params: &Params) -> Params {
-    Params { task_overhead: None, job_latency: None, kernels: None, ..warm(params) }
+    Params { task_overhead: None, task_wake: None, job_latency: None, kernels: None, ..warm(params) }
 }
 
 /// CPU seconds (user + system) a process used so far, from /proc.

@@ -140,6 +140,16 @@ pub struct Params {
     /// Absent: 0, the thesis's model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_overhead: Option<f64>,
+    /// Extension: seconds more a task's round trips take when the slave and
+    /// the store node idled through the previous task's compute, as they do
+    /// in a job (measured by `bench params`: an empty task after a 5 ms
+    /// pause, less `task_overhead`). On this VM a waking thread's CPU may
+    /// have halted, and waking it is the host's work: the first call after
+    /// a kernel took 0.7–1.0 ms in a matmul job (b = 256), the next ones
+    /// 0.2 ms. Latency, not the store's work: charged at the slave.
+    /// Absent: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_wake: Option<f64>,
     /// Extension: seconds from a job's submission until its first task
     /// starts and after its last commit until the job is recorded finished
     /// (idle slaves poll for new jobs; the last slave writes the finished
@@ -207,6 +217,7 @@ impl Params {
             bsp: None,
             ray_pixel_rate: None,
             task_overhead: None,
+            task_wake: None,
             job_latency: None,
             slave_start: None,
             kernels: None,
@@ -311,7 +322,12 @@ impl Params {
                 }
             }
         }
-        for (name, v) in [("task_overhead", self.task_overhead), ("job_latency", self.job_latency), ("slave_start", self.slave_start)] {
+        for (name, v) in [
+            ("task_overhead", self.task_overhead),
+            ("task_wake", self.task_wake),
+            ("job_latency", self.job_latency),
+            ("slave_start", self.slave_start),
+        ] {
             let Some(t) = v else { continue };
             if !(t.is_finite() && t >= 0.0) {
                 return Err(ParamsError::Invalid {

@@ -191,14 +191,15 @@ pub const DAG_RELEASE_SHARE: f64 = 0.5;
 pub const BARRIER_SHARE: f64 = 1.0;
 
 /// Adds `Params::task_overhead` to every task (extension; nothing when the
-/// parameter is absent), and to the dag's tasks their dependency releases
+/// parameter is absent) and `Params::task_wake` to its slave side, and to the dag's tasks their dependency releases
 /// at [`DAG_RELEASE_SHARE`] of it each, spread evenly over the tasks. Each
 /// task on the dag's critical path pays the same (a successor starts after
 /// its producer's commit). Every barrier step but the last pays its ending
 /// ([`Step::with_barrier`]; the last one's is in `Params::job_latency`).
 fn with_overhead(shape: Shape, params: &Params, p: u64) -> Shape {
     let Some(o) = params.task_overhead.filter(|&o| o > 0.0) else { return shape };
-    let add = |st: &Step, extra: f64| st.with_task_overhead(o + extra, TASK_OVERHEAD_STORE_SHARE);
+    let wake = params.task_wake.unwrap_or(0.0);
+    let add = |st: &Step, extra: f64| st.with_task_overhead(o + extra, TASK_OVERHEAD_STORE_SHARE).with_slave_latency(wake);
     match shape {
         Shape::Steps(steps) => {
             let last = steps.len().saturating_sub(1);
@@ -215,7 +216,7 @@ fn with_overhead(shape: Shape, params: &Params, p: u64) -> Shape {
         Shape::Graph(t, all, v, _) => {
             let releases = if v == Variant::Dag { cholesky::dag_releases(p) as f64 } else { 0.0 };
             let per_task = releases / all.n_tasks().max(1) as f64 * DAG_RELEASE_SHARE * o;
-            Shape::Graph(t, add(&all, per_task), v, o + per_task)
+            Shape::Graph(t, add(&all, per_task), v, o + per_task + wake)
         }
     }
 }
@@ -431,6 +432,23 @@ mod tests {
             // faster than without the overhead.
             let o2 = Options::with_slaves(2);
             assert!(predict(app, 1200, 300, &with, &o2).unwrap().predicted >= predict(app, 1200, 300, &base, &o2).unwrap().predicted);
+        }
+    }
+
+    /// The wake-up latency is the slave's: one slave pays it per task, and
+    /// it never adds to the store's serialised time.
+    #[test]
+    fn task_wake_is_paid_per_task_at_the_slave() {
+        let base = Params { task_overhead: Some(0.002), ..Params::thesis_fast() };
+        let woken = Params { task_wake: Some(0.001), ..base.clone() };
+        for app in [App::Matmul, App::Lu { pivot: false }, App::Raytrace] {
+            let (a, b) = (predict(app, 1200, 300, &base, &Options::default()).unwrap(), predict(app, 1200, 300, &woken, &Options::default()).unwrap());
+            let want = a.t1 + 0.001 * a.volumes.n_tasks as f64;
+            assert!((b.t1 - want).abs() < 1e-9 * want, "{app}: {} vs {want}", b.t1);
+            // With many slaves the wake-ups overlap: less than their sum.
+            let many = Options::with_slaves(64);
+            let (x, y) = (predict(app, 1200, 300, &base, &many).unwrap(), predict(app, 1200, 300, &woken, &many).unwrap());
+            assert!(y.predicted >= x.predicted && y.predicted - x.predicted < 0.001 * a.volumes.n_tasks as f64, "{app}");
         }
     }
 

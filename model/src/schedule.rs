@@ -194,6 +194,12 @@ impl Step {
         protocol + self.tasks_t1_hiding(ov, last_put) - self.tasks_t1_hiding(ov, 0.0)
     }
 
+    /// Extension: every task waits `latency` seconds more at the slave
+    /// (`Params::task_wake`): not the store's work, so not serialised.
+    pub fn with_slave_latency(&self, latency: f64) -> Step {
+        self.map_costs(|c| TaskCost { comp: c.comp + latency.max(0.0), ..c })
+    }
+
     /// Store busy time, a lower bound on the step (3.3, 5.6, §5.4); reads
     /// the slaves move themselves are not the store's.
     pub fn store_busy(&self, ov: Overlap) -> f64 {
