@@ -385,6 +385,31 @@ fn ray_rate(quick: bool) -> anyhow::Result<f64> {
     Ok(best)
 }
 
+/// Runs `n` empty tasks through `bag` as a slave's loop does (begin,
+/// dequeue, a done record, commit), each after `pause`; returns their times.
+async fn empty_tasks(session: &store_client::Session, bag: &str, n: usize, pause: Duration) -> anyhow::Result<Vec<f64>> {
+    let a = session.begin().await?;
+    for k in 0..n {
+        a.enqueue(bag, &(k as u64).to_le_bytes()).await?;
+    }
+    a.commit().await?;
+    let mut times = Vec::with_capacity(n);
+    loop {
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+        let t = Instant::now();
+        let a = session.begin().await?;
+        let Dequeue::Task(task) = a.dequeue(bag, Duration::ZERO).await? else {
+            a.abort().await?;
+            return Ok(times);
+        };
+        a.write_small(&format!("{bag}/done/{}", task.seq), &[1u8; 64]).await?;
+        a.commit().await?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+}
+
 /// Everything measured through the store node and the loopback.
 struct StoreSweep {
     network: Vec<Point>,
@@ -498,49 +523,12 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     let put = bytes.iter().zip(&put).map(|(&n, &(_, t))| Point { units: n as f64, secs: (t - commit_small).max(1e-7) }).collect();
 
     // Per-task overhead: what a slave's loop pays around an empty task.
-    let bag = "bench-params/overhead";
     let n_tasks = if quick { 50 } else { 200 };
-    let a = session.begin().await?;
-    for k in 0..n_tasks {
-        a.enqueue(bag, &(k as u64).to_le_bytes()).await?;
-    }
-    a.commit().await?;
-    let mut times = Vec::new();
-    loop {
-        let t = Instant::now();
-        let a = session.begin().await?;
-        let Dequeue::Task(task) = a.dequeue(bag, Duration::ZERO).await? else {
-            a.abort().await?;
-            break;
-        };
-        a.write_small(&format!("bench-params/done/{}", task.seq), &[1u8; 64]).await?;
-        a.commit().await?;
-        times.push(t.elapsed().as_secs_f64());
-    }
-    let task_overhead = median(&mut times);
-
+    let task_overhead = median(&mut empty_tasks(&session, "bench-params/overhead", n_tasks, Duration::ZERO).await?);
     // The same after a pause as long as a small task's compute, with the
     // client and the node idle meanwhile: what a slave's first round trips
     // after a kernel pay (task_wake).
-    let bag = "bench-params/overhead-after-idle";
-    let a = session.begin().await?;
-    for k in 0..n_tasks / 2 {
-        a.enqueue(bag, &(k as u64).to_le_bytes()).await?;
-    }
-    a.commit().await?;
-    let mut after_idle = Vec::new();
-    loop {
-        tokio::time::sleep(IDLE_BEFORE_TASK).await;
-        let t = Instant::now();
-        let a = session.begin().await?;
-        let Dequeue::Task(task) = a.dequeue(bag, Duration::ZERO).await? else {
-            a.abort().await?;
-            break;
-        };
-        a.write_small(&format!("bench-params/done-after-idle/{}", task.seq), &[1u8; 64]).await?;
-        a.commit().await?;
-        after_idle.push(t.elapsed().as_secs_f64());
-    }
+    let mut after_idle = empty_tasks(&session, "bench-params/overhead-after-idle", n_tasks / 2, IDLE_BEFORE_TASK).await?;
     let task_wake = (median(&mut after_idle) - task_overhead).max(0.0);
 
     // Cached reads: a first pass warms the caches, the second is timed.

@@ -158,106 +158,93 @@ pub fn upr_inf_eq_5_31(t: &Primitives, p: u64, pivot: bool) -> f64 {
 /// counted at their real sizes; the pivoting reads and writes (5.26, 5.27)
 /// at the average block size `(n/p)²`.
 pub fn volumes(n: u64, b: u64, pivot: bool) -> Volumes {
-    let w = block_widths(n, b);
-    let p = w.len();
-    let (mut gets, mut puts, mut get_el, mut put_el, mut tasks) = (0u64, 0u64, 0.0, 0.0, 0u64);
-    let mut prefix = 0.0; // Σ_{j<k} w_j
-    for k in 0..p {
-        // Multiply step: task (i,k), i >= k, reads A(i,k), L(i,j), U(j,k) for j < k.
-        for &wi in &w[k..] {
-            tasks += 1;
-            gets += 1 + 2 * k as u64;
-            puts += 1;
-            get_el += wi * w[k] + (wi + w[k]) * prefix;
-            put_el += wi * w[k];
-        }
-        // Factor step: reads and writes X(i,k) for i >= k.
-        tasks += 1;
-        let col: f64 = w[k..].iter().map(|wi| wi * w[k]).sum();
-        gets += (p - k) as u64;
-        puts += (p - k) as u64;
-        get_el += col;
-        put_el += col;
-        // Solve step: task (k,j), j > k, reads A(k,j), L(k,i), U(i,j) for i < k, and L(k,k).
-        for &wj in &w[k + 1..] {
-            tasks += 1;
-            gets += 2 + 2 * k as u64;
-            puts += 1;
-            get_el += w[k] * wj + (w[k] + wj) * prefix + w[k] * w[k];
-            put_el += w[k] * wj;
-        }
-        prefix += w[k];
-    }
+    let mut t = crout_tally(n, b, false);
     if pivot {
-        let pf = p as f64;
+        let pf = block_widths(n, b).len() as f64;
         let avg = (n as f64 / pf).powi(2);
         let piv_gets = pf * pf * pf; // Σ_k p(2p−2k+1) = p³
         let piv_puts = pf * pf * (pf + 1.0) / 2.0; // Σ_k p(p−k+1)
-        gets += piv_gets as u64;
-        puts += piv_puts as u64;
-        get_el += piv_gets * avg;
-        put_el += piv_puts * avg;
+        t.gets += piv_gets as u64;
+        t.puts += piv_puts as u64;
+        t.get_el += piv_gets * avg;
+        t.put_el += piv_puts * avg;
     }
-    let nf = n as f64;
-    Volumes {
-        n_tasks: tasks,
-        input_bytes: ELEMENT_BYTES * nf * nf,
-        n_gets: gets,
-        get_bytes: ELEMENT_BYTES * get_el,
-        n_puts: puts,
-        put_bytes: ELEMENT_BYTES * put_el,
-    }
+    t.volumes(n)
 }
 
 /// Tasks, reads and writes of [`steps_parallel_solves`], at the blocks'
 /// real sizes.
 pub fn volumes_parallel_solves(n: u64, b: u64) -> Volumes {
+    crout_tally(n, b, true).volumes(n)
+}
+
+/// Counts of tasks, block reads and writes, and their elements.
+#[derive(Default)]
+struct Tally {
+    tasks: u64,
+    gets: u64,
+    puts: u64,
+    get_el: f64,
+    put_el: f64,
+}
+
+impl Tally {
+    /// A task that reads `gets` blocks of `get_el` elements in all and
+    /// writes `puts` of `put_el`.
+    fn task(&mut self, gets: u64, get_el: f64, puts: u64, put_el: f64) {
+        self.tasks += 1;
+        self.gets += gets;
+        self.get_el += get_el;
+        self.puts += puts;
+        self.put_el += put_el;
+    }
+
+    fn volumes(self, n: u64) -> Volumes {
+        let nf = n as f64;
+        Volumes {
+            n_tasks: self.tasks,
+            input_bytes: ELEMENT_BYTES * nf * nf,
+            n_gets: self.gets,
+            get_bytes: ELEMENT_BYTES * self.get_el,
+            n_puts: self.puts,
+            put_bytes: ELEMENT_BYTES * self.put_el,
+        }
+    }
+}
+
+/// The Crout steps' tasks: the thesis's serial factor step (the diagonal
+/// block and the blocks below it, read and written), or with
+/// `parallel_solves` a factor of the diagonal block alone and a task per
+/// block below it (that block and the diagonal one in, the block out).
+fn crout_tally(n: u64, b: u64, parallel_solves: bool) -> Tally {
     let w = block_widths(n, b);
-    let p = w.len();
-    let (mut gets, mut puts, mut get_el, mut put_el, mut tasks) = (0u64, 0u64, 0.0, 0.0, 0u64);
+    let mut t = Tally::default();
     let mut prefix = 0.0; // Σ_{j<k} w_j
-    for k in 0..p {
-        let diag = w[k] * w[k];
+    for (k, &wk) in w.iter().enumerate() {
+        let diag = wk * wk;
+        let kk = k as u64;
+        // Multiply step: task (i,k), i >= k, reads A(i,k), L(i,j), U(j,k) for j < k.
         for &wi in &w[k..] {
-            tasks += 1;
-            gets += 1 + 2 * k as u64;
-            puts += 1;
-            get_el += wi * w[k] + (wi + w[k]) * prefix;
-            put_el += wi * w[k];
+            t.task(1 + 2 * kk, wi * wk + (wi + wk) * prefix, 1, wi * wk);
         }
-        // Factor: the diagonal block, read and written.
-        tasks += 1;
-        gets += 1;
-        puts += 1;
-        get_el += diag;
-        put_el += diag;
-        for &wi in &w[k + 1..] {
-            // L(i,k): X(i,k) and the diagonal block in, L(i,k) out.
-            tasks += 1;
-            gets += 2;
-            puts += 1;
-            get_el += wi * w[k] + diag;
-            put_el += wi * w[k];
+        if parallel_solves {
+            t.task(1, diag, 1, diag);
+            for &wi in &w[k + 1..] {
+                t.task(2, wi * wk + diag, 1, wi * wk);
+            }
+        } else {
+            // Factor step: reads and writes X(i,k) for i >= k.
+            let col: f64 = w[k..].iter().map(|wi| wi * wk).sum();
+            let blocks = (w.len() - k) as u64;
+            t.task(blocks, col, blocks, col);
         }
+        // Solve step: task (k,j), j > k, reads A(k,j), L(k,i), U(i,j) for i < k, and L(k,k).
         for &wj in &w[k + 1..] {
-            // U(k,j): A(k,j), L(k,i), U(i,j) for i < k, and L(k,k).
-            tasks += 1;
-            gets += 2 + 2 * k as u64;
-            puts += 1;
-            get_el += w[k] * wj + (w[k] + wj) * prefix + diag;
-            put_el += w[k] * wj;
+            t.task(2 + 2 * kk, wk * wj + (wk + wj) * prefix + diag, 1, wk * wj);
         }
-        prefix += w[k];
+        prefix += wk;
     }
-    let nf = n as f64;
-    Volumes {
-        n_tasks: tasks,
-        input_bytes: ELEMENT_BYTES * nf * nf,
-        n_gets: gets,
-        get_bytes: ELEMENT_BYTES * get_el,
-        n_puts: puts,
-        put_bytes: ELEMENT_BYTES * put_el,
-    }
+    t
 }
 
 /// Flop count `2n³/3`.
