@@ -205,8 +205,8 @@ fn time_kernel<T>(min_secs: f64, mut setup: impl FnMut() -> T, mut op: impl FnMu
 /// between other blocks and beside other processes, not on operands left
 /// in the caches by the previous call. (dgemm at b = 256 here: 49.8 Gflop/s
 /// on warm operands, 43.3 on operands cycled through 96 MiB; b = 1024: 51.8
-/// and 50.7. Timed warm, every b = 256 Cholesky and LU came out 15–25 %
-/// faster than measured.)
+/// and 50.7. With kernels timed warm, the model predicted every b = 256
+/// Cholesky and LU job 15–25 % faster than it ran.)
 struct CacheEvictor(Vec<u64>);
 
 impl CacheEvictor {

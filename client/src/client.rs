@@ -505,9 +505,6 @@ async fn read_small(rpc: &Rpc, action: u64, key: &str, mode: proto::LockMode) ->
     Ok(v.found.then(|| v.value.to_vec()))
 }
 
-/// Asks the node where its data plane is and opens it; `None` when the
-/// node has none (an older node, or one serving gRPC only). A client on
-/// the node's machine (reached over loopback) uses its Unix socket.
 /// The settings every channel to a node has, TCP or Unix.
 fn configure(endpoint: Endpoint) -> Endpoint {
     endpoint
@@ -557,6 +554,8 @@ async fn local_rpc(info: &proto::DataPlaneInfo, auth: Auth) -> Result<Rpc> {
     }
 }
 
+/// Opens the data plane `info` describes. A client on the node's machine
+/// (reached over loopback, and `local`) uses its Unix socket.
 async fn connect_data_plane(info: &proto::DataPlaneInfo, addr: &str, token: Option<&str>, local: bool) -> Result<Option<Arc<DataPlane>>> {
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
     if local && is_loopback(addr) && !info.unix_path.is_empty() {

@@ -191,8 +191,9 @@ pub const DAG_RELEASE_SHARE: f64 = 0.5;
 pub const BARRIER_SHARE: f64 = 1.0;
 
 /// Adds `Params::task_overhead` to every task (extension; nothing when the
-/// parameter is absent) and `Params::task_wake` to its slave side, and to the dag's tasks their dependency releases
-/// at [`DAG_RELEASE_SHARE`] of it each, spread evenly over the tasks. Each
+/// parameter is absent) and `Params::task_wake` to its slave side, and to
+/// the dag's tasks their dependency releases at [`DAG_RELEASE_SHARE`] of
+/// the overhead each, spread evenly over the tasks. Each
 /// task on the dag's critical path pays the same (a successor starts after
 /// its producer's commit). Every barrier step but the last pays its ending
 /// ([`Step::with_barrier`]; the last one's is in `Params::job_latency`).

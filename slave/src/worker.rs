@@ -139,12 +139,12 @@ impl Slave {
     /// whatever the number of jobs the store has seen (a look per job made
     /// an idle slave's poll cost two round trips per finished job).
     async fn next_job(&self) -> Result<Option<JobRecord>, StoreError> {
-        let ended: std::collections::HashSet<String> = self
+        let ended: std::collections::HashSet<Uuid> = self
             .client
             .scan_small(record::JOB_STATE_PREFIX, 0)
             .await?
             .into_iter()
-            .filter_map(|(k, _)| k.strip_prefix(record::JOB_STATE_PREFIX).and_then(|rest| rest.split_once('/')).map(|(id, _)| id.to_owned()))
+            .filter_map(|(k, _)| Uuid::try_parse(k.strip_prefix(record::JOB_STATE_PREFIX)?.split_once('/')?.0).ok())
             .collect();
         let mut jobs: Vec<JobRecord> = self
             .client
@@ -153,7 +153,7 @@ impl Slave {
             .into_iter()
             .filter_map(|(_, v)| serde_json::from_slice(&v).ok())
             .filter(|j: &JobRecord| self.config.job.is_none_or(|only| only == j.id()))
-            .filter(|j: &JobRecord| !ended.contains(&j.id().to_string()))
+            .filter(|j: &JobRecord| !ended.contains(&j.id()))
             .collect();
         jobs.sort_by_key(|j| j.submitted_ms);
         Ok(jobs.into_iter().next())
