@@ -257,8 +257,21 @@ impl Client {
 
     /// Reads the committed state of a block without taking a lock (for
     /// export and verification, when no job writes the matrix).
+    ///
+    /// The node overwrites the files of replaced versions: a read that
+    /// races with a commit replacing this block may see its old version's
+    /// file change and fail its checksum. A mismatch is read again (a few
+    /// times, since each retry sees the newer pointer); a damaged block
+    /// fails every time and is reported.
     pub async fn read_block_committed(&self, matrix: Uuid, i: u32, j: u32) -> Result<BlockData> {
-        get_block(&self.rpc, &self.plane, 0, matrix, i, j, false).await
+        const READS: usize = 3;
+        let mut attempt = 1;
+        loop {
+            match get_block(&self.rpc, &self.plane, 0, matrix, i, j, false).await {
+                Err(StoreError::Corrupt { .. }) if attempt < READS => attempt += 1,
+                read => return read,
+            }
+        }
     }
 
     /// Reads the committed state of a small object without a lock.

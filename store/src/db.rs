@@ -268,9 +268,9 @@ impl Db {
         self.files.write(value)
     }
 
-    /// Drops staged versions of aborted or superseded writes.
+    /// Drops staged versions of aborted or superseded writes (recycled).
     pub(crate) fn drop_staged(&self, versions: &[Uuid]) {
-        self.files.remove(versions);
+        self.files.retire(versions);
     }
 
     /// The top-level commit: every write of the action and every queue
@@ -347,7 +347,7 @@ fn run_committer(db: &DB, files: &BlockFiles, jobs: mpsc::Receiver<CommitJob>) {
         // The new versions' directory entries before the pointers to them.
         let result = files.sync_dir_if_needed().and_then(|()| db.write_opt(batch, &synced()).map_err(storage_error));
         if result.is_ok() {
-            files.remove(&replaced);
+            files.retire(&replaced);
         }
         for done in waiting {
             let _ = done.send(result.clone());

