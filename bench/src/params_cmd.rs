@@ -18,6 +18,9 @@
 //! * `Dput`: a block put plus the commit that makes it durable, minus a
 //!   commit of a small record (that part is per-task overhead) and minus the
 //!   network part.
+//! * `Dput` overwrite (extension): the same for a put over the block's older
+//!   version, which the node writes in place into the replaced version's
+//!   file (LU's in-place updates).
 //! * Per-task overhead (extension): begin, dequeue, a small record, commit,
 //!   the round trips every task pays whatever its blocks.
 //! * Job latency (extension): submission to finished record of a job of
@@ -373,7 +376,7 @@ fn sweep_kernels(sizes: &[usize], min_secs: f64) -> KernelSweep {
 /// fastest of a few renders of about half a second each. (One render of
 /// 0.14 s read 258k pixel/s on a machine where the validation jobs ran at
 /// 364k, and every ray-tracing prediction came out 17–45 % too slow.)
-fn ray_rate(quick: bool) -> anyhow::Result<f64> {
+pub(crate) fn ray_rate(quick: bool) -> anyhow::Result<f64> {
     let (side, reps) = if quick { (128, 1) } else { (384, 3) };
     let p = apps::raytrace::RenderParams { level: RAY_LEVEL, width: side, height: side, grain: side, samples: RAY_SAMPLES };
     let mut best = 0.0f64;
@@ -416,6 +419,8 @@ struct StoreSweep {
     hot_get: Vec<Point>,
     cold_get: Vec<Point>,
     put: Vec<Point>,
+    /// Puts over a block's older version.
+    put_over: Vec<Point>,
     commit_small: f64,
     task_overhead: f64,
     task_wake: f64,
@@ -494,6 +499,7 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     let session = client.open_session("bench-params").await?;
     let mut matrices = Vec::new();
     let mut put = Vec::new();
+    let mut put_over = Vec::new();
     let mut commit_small = Vec::new();
     for &b in blocks {
         // Enough blocks for a steady median, at most ~64 MB per size.
@@ -517,10 +523,28 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
             }
         }
         put.push((b, median(&mut times)));
+        // The same blocks again: each put now writes over the version it
+        // replaces, as LU's in-place updates do (the node recycles the
+        // replaced version's file).
+        let mut times = Vec::new();
+        for i in 0..g as u32 {
+            for j in 0..g as u32 {
+                let blk = random_block(b, (i * 100 + j + 7) as u64);
+                let t = Instant::now();
+                let a = session.begin().await?;
+                a.put_block(m.id, i, j, BlockData { rows: b, cols: b, data: blk.data }).await?;
+                a.commit().await?;
+                times.push(t.elapsed().as_secs_f64());
+            }
+        }
+        put_over.push((b, median(&mut times)));
         matrices.push((b, m.id, g as u32));
     }
     let commit_small = median(&mut commit_small);
-    let put = bytes.iter().zip(&put).map(|(&n, &(_, t))| Point { units: n as f64, secs: (t - commit_small).max(1e-7) }).collect();
+    let minus_commit = |v: &[(usize, f64)]| -> Vec<Point> {
+        bytes.iter().zip(v).map(|(&n, &(_, t))| Point { units: n as f64, secs: (t - commit_small).max(1e-7) }).collect()
+    };
+    let (put, put_over) = (minus_commit(&put), minus_commit(&put_over));
 
     // Per-task overhead: what a slave's loop pays around an empty task.
     let n_tasks = if quick { 50 } else { 200 };
@@ -563,7 +587,7 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     let cold_get = read_all(client.clone(), matrices).await?;
     drop(client);
     node.shutdown().await?;
-    Ok(StoreSweep { network, hot_get, cold_get, put, commit_small, task_overhead, task_wake })
+    Ok(StoreSweep { network, hot_get, cold_get, put, put_over, commit_small, task_overhead, task_wake })
 }
 
 /// The store's own part of a transfer: measured time minus the network
@@ -619,10 +643,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let disk_get = fit_range(&minus_network(&st.cold_get, &network), min_bytes, "get cold");
     let disk_get_cached = fit_range(&minus_network(&st.hot_get, &network), min_bytes, "get cached");
     let disk_put = fit_range(&minus_network(&st.put, &network), min_bytes, "put");
+    let disk_put_overwrite = fit_range(&minus_network(&st.put_over, &network), min_bytes, "put over");
     print_sweep("network (C)", "B", 1e6, &st.network, &network);
     print_sweep("get cold", "B", 1e6, &st.cold_get, &disk_get);
     print_sweep("get cached", "B", 1e6, &st.hot_get, &disk_get_cached);
     print_sweep("put+commit", "B", 1e6, &st.put, &disk_put);
+    print_sweep("overwrite+commit", "B", 1e6, &st.put_over, &disk_put_overwrite);
     eprintln!(
         "small commit {:.3} ms, task overhead (begin, dequeue, record, commit) {:.3} ms, {:.3} ms more after {:?} idle",
         st.commit_small * 1e3,
@@ -657,6 +683,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         disk_get_cached: Some(disk_get_cached),
         disk_put,
         disk_put_cached: None,
+        disk_put_overwrite: Some(disk_put_overwrite),
         bsp: None,
         ray_pixel_rate: Some(ray),
         task_overhead: Some(st.task_overhead),
@@ -685,6 +712,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     fig("params_disk_get_cached_rate", disk_get_cached.bandwidth / 1e6, "MB/s");
     fig("params_disk_put_rate", disk_put.bandwidth / 1e6, "MB/s");
     fig("params_disk_put_threshold", disk_put.threshold, "B");
+    fig("params_disk_put_overwrite_rate", disk_put_overwrite.bandwidth / 1e6, "MB/s");
+    fig("params_disk_put_overwrite_threshold", disk_put_overwrite.threshold, "B");
     fig("params_task_overhead", st.task_overhead * 1e3, "ms");
     fig("params_task_wake", st.task_wake * 1e3, "ms");
     fig("params_ray_pixel_rate", ray, "pixel/s");

@@ -122,6 +122,12 @@ pub struct Params {
     /// Used only with [`crate::Options::cached_puts`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_put_cached: Option<Piecewise>,
+    /// Store write rate for a block written over an older version of it
+    /// (extension): the store overwrites a replaced version's file in
+    /// place, which costs less than a new file. Absent: `disk_put`. Used
+    /// for LU's in-place updates ([`crate::Options::lu_parallel_solves`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_put_overwrite: Option<Piecewise>,
     /// BSP `g` and `l` of the transport, when measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bsp: Option<Bsp>,
@@ -214,6 +220,7 @@ impl Params {
             disk_get_cached: None,
             disk_put: mbs(2.8, 0.11),
             disk_put_cached: None,
+            disk_put_overwrite: None,
             bsp: None,
             ray_pixel_rate: None,
             task_overhead: None,
@@ -303,6 +310,7 @@ impl Params {
             ("add", self.add),
             ("disk_get_cached", self.disk_get_cached),
             ("disk_put_cached", self.disk_put_cached),
+            ("disk_put_overwrite", self.disk_put_overwrite),
         ] {
             if let Some(p) = p {
                 p.validate(name)?;

@@ -19,6 +19,10 @@ pub struct Primitives {
     pub tdget_cached: f64,
     /// Disk part of writing a block.
     pub tdput: f64,
+    /// Disk part of writing a block over an older version of it
+    /// (`Params::disk_put_overwrite`; `tdput` without it, or with
+    /// [`Options::cached_puts`]).
+    pub tdput_over: f64,
     /// Network part of moving one block between store and slave.
     pub tcom: f64,
     /// Of a read's `tcom`, what the slave does itself and the store node
@@ -84,11 +88,16 @@ impl Primitives {
         } else {
             params.disk_put.cost(bytes)
         };
+        let tdput_over = match params.disk_put_overwrite {
+            Some(d) if !options.cached_puts => d.cost(bytes),
+            _ => tdput,
+        };
         let cube = x * x * x;
         Ok(Self {
             tdget,
             tdget_cached,
             tdput,
+            tdput_over,
             tcom,
             tcom_at_slave: if options.slave_reads { tcom } else { 0.0 },
             tget: tdget + tcom,
@@ -111,6 +120,11 @@ impl Primitives {
     /// `tsub`, equal to `tadd` (4.2).
     pub fn tsub(&self) -> f64 {
         self.tadd
+    }
+
+    /// What writing a block over its older version saves on a new one.
+    pub fn overwrite_saving(&self) -> f64 {
+        self.tdput - self.tdput_over
     }
 
     /// The same primitives with every compute kernel `factor` times slower
