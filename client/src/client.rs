@@ -348,13 +348,14 @@ impl Session {
     /// Begins a top-level action. Called while another action of this
     /// session runs, it is a nested top-level action: it commits on its own.
     pub async fn begin(&self) -> Result<Action> {
-        let r = self.client.rpc.clone().begin(proto::BeginRequest { session: self.id, parent: 0 }).await?;
-        Ok(Action {
-            rpc: self.client.rpc.clone(),
-            plane: self.client.plane.clone(),
-            id: r.into_inner().action,
-            _session: self.heartbeat.clone(),
-        })
+        // Over the data plane when there is one: a slave begins and
+        // commits once per task, and a data-plane exchange costs less
+        // than a gRPC call (no HTTP/2 framing, fewer task wake-ups).
+        let id = match &self.client.plane {
+            Some(plane) => plane.begin(self.id).await?,
+            None => self.client.rpc.clone().begin(proto::BeginRequest { session: self.id, parent: 0 }).await?.into_inner().action,
+        };
+        Ok(Action { rpc: self.client.rpc.clone(), plane: self.client.plane.clone(), id, _session: self.heartbeat.clone() })
     }
 }
 
@@ -410,8 +411,13 @@ impl Action {
     /// Commits: a nested action into its parent; a top-level one durably
     /// (the reply means the batch is synced to disk).
     pub async fn commit(self) -> Result<()> {
-        self.rpc.clone().commit(proto::ActionRef { action: self.id }).await?;
-        Ok(())
+        match &self.plane {
+            Some(plane) => plane.commit(self.id).await,
+            None => {
+                self.rpc.clone().commit(proto::ActionRef { action: self.id }).await?;
+                Ok(())
+            }
+        }
     }
 
     pub async fn abort(self) -> Result<()> {

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actions::{ActionId, LockMode};
+use actions::{ActionId, LockMode, SessionId};
 use std::os::fd::AsFd;
 use store_client::block::{BlockHeader, HEADER_LEN};
 
@@ -119,6 +119,32 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                         reply.extend_from_slice(&header.encode());
                         fdpass::send_with_fd(unix, &reply, file.as_fd()).await?;
                     }
+                    Err(e) => send_error(&mut s, &e).await?,
+                }
+            }
+            Op::Begin => match node.begin(SessionId(req.action), None) {
+                Ok(id) => {
+                    let mut reply = Reply { ok: true, len: 8 }.encode().to_vec();
+                    reply.extend_from_slice(&id.0.to_le_bytes());
+                    s.write_all(&reply).await?;
+                }
+                Err(e) => send_error(&mut s, &e).await?,
+            },
+            Op::Commit => {
+                let outcome = match action {
+                    // Spawned, as the gRPC commit: once begun, a commit
+                    // finishes (locks released, bags settled) even if this
+                    // connection's task is dropped.
+                    Some(a) => {
+                        let node = node.clone();
+                        tokio::spawn(async move { node.commit(a).await })
+                            .await
+                            .unwrap_or_else(|e| Err(StoreError::Storage { what: format!("commit task: {e}") }))
+                    }
+                    None => Err(StoreError::InvalidArgument { what: "a commit needs an action".into() }),
+                };
+                match outcome {
+                    Ok(()) => s.write_all(&Reply { ok: true, len: 0 }.encode()).await?,
                     Err(e) => send_error(&mut s, &e).await?,
                 }
             }

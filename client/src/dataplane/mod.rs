@@ -258,6 +258,38 @@ impl DataPlane {
         answer
     }
 
+    /// Begins a top-level action in `session`; returns its id.
+    pub(crate) async fn begin(&self, session: u64) -> Result<u64> {
+        let mut s = self.checkout().await?;
+        let answer = self.control_on(&mut s, Request::control(Op::Begin, session), 8).await?;
+        self.give_back(s);
+        let id = answer?;
+        Ok(u64::from_le_bytes(id[..].try_into().expect("8 bytes checked")))
+    }
+
+    /// Commits `action` (durably, if it is top-level).
+    pub(crate) async fn commit(&self, action: u64) -> Result<()> {
+        let mut s = self.checkout().await?;
+        let answer = self.control_on(&mut s, Request::control(Op::Commit, action), 0).await?;
+        self.give_back(s);
+        answer.map(drop)
+    }
+
+    /// Sends a begin or commit and reads its answer of `want` bytes.
+    async fn control_on(&self, s: &mut Stream, req: Request, want: u64) -> Result<Result<Vec<u8>>> {
+        let what = if req.op == Op::Begin { "a begin" } else { "a commit" };
+        s.write_all(&req.encode()).await.map_err(|e| self.unavailable(format!("sending {what}: {e}")))?;
+        match self.read_reply(s).await? {
+            Ok(len) if len == want => {
+                let mut body = vec![0u8; want as usize];
+                s.read_exact(&mut body).await.map_err(|e| self.unavailable(format!("reading the answer to {what}: {e}")))?;
+                Ok(Ok(body))
+            }
+            Ok(len) => Err(self.unavailable(format!("{what} answered with {len} bytes"))),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
     async fn put_on(&self, s: &mut Stream, req: &Request, payload: &[u8]) -> Result<Result<()>> {
         let send = |e: std::io::Error| self.unavailable(format!("sending block ({}, {}): {e}", req.i, req.j));
         s.write_all(&req.encode()).await.map_err(send)?;

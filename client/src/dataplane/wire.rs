@@ -12,12 +12,15 @@
 //! request "FTBQ" | op u8 | 0 0 0 | action u64 | matrix [16] | i u32 | j u32
 //!                | rows u32 | cols u32 | crc32c u32 | 0 u32          (56 bytes)
 //!         put: then rows·cols·8 payload bytes
+//!         begin: action = the session's id; commit: action = the action's;
+//!         the other fields are zero
 //! reply   "FTBR" | status u8 | 0 0 0 | len u64                        (16 bytes)
 //!         ok get: len = 32-byte block header + payload (the stored form)
 //!         ok local get: len = 32, the block header, and the version file's
 //!         descriptor passed with the reply (SCM_RIGHTS; Unix socket only):
 //!         the client reads the payload from it at offset 32
-//!         ok put / hello: len = 0
+//!         ok put / commit / hello: len = 0
+//!         ok begin: len = 8, the new top-level action's id (u64)
 //!         error: len bytes of ErrorDetail (protobuf), see StoreError::to_detail
 //! ```
 //!
@@ -29,7 +32,8 @@ use uuid::Uuid;
 pub const HELLO_MAGIC: [u8; 4] = *b"FTBH";
 pub const REQUEST_MAGIC: [u8; 4] = *b"FTBQ";
 pub const REPLY_MAGIC: [u8; 4] = *b"FTBR";
-pub const VERSION: u16 = 1;
+/// 2: begin and commit.
+pub const VERSION: u16 = 2;
 pub const REQUEST_LEN: usize = 56;
 pub const REPLY_LEN: usize = 16;
 /// Longest token a hello may carry.
@@ -53,6 +57,11 @@ pub enum Op {
     GetLocal = 4,
     /// `GetForUpdate`, answered with the descriptor.
     GetLocalForUpdate = 5,
+    /// Begins a top-level action in the session `action` names; the
+    /// reply carries the new action's id. (Nested actions use gRPC.)
+    Begin = 6,
+    /// Commits `action`, as the gRPC `Commit` does.
+    Commit = 7,
 }
 
 /// One request. `rows`, `cols` and `crc32c` describe a put's payload and
@@ -105,6 +114,8 @@ impl Request {
             3 => Op::Put,
             4 => Op::GetLocal,
             5 => Op::GetLocalForUpdate,
+            6 => Op::Begin,
+            7 => Op::Commit,
             other => return Err(WireError::BadOp(other)),
         };
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
@@ -118,6 +129,11 @@ impl Request {
             cols: u32_at(44),
             crc32c: u32_at(48),
         })
+    }
+
+    /// A begin or commit: only `action` is set.
+    pub fn control(op: Op, action: u64) -> Request {
+        Request { op, action, matrix: Uuid::nil(), i: 0, j: 0, rows: 0, cols: 0, crc32c: 0 }
     }
 
     /// Payload bytes that follow a put.
@@ -197,6 +213,10 @@ mod tests {
     fn requests_and_replies_round_trip() {
         let r = Request { op: Op::Put, action: 7, matrix: Uuid::new_v4(), i: 3, j: 9, rows: 5, cols: 2, crc32c: 0xdead_beef };
         assert_eq!(Request::decode(&r.encode()), Ok(r));
+        for op in [Op::Begin, Op::Commit] {
+            let r = Request::control(op, u64::MAX - 3);
+            assert_eq!(Request::decode(&r.encode()), Ok(r));
+        }
         for reply in [Reply { ok: true, len: 1 << 33 }, Reply { ok: false, len: 12 }] {
             assert_eq!(Reply::decode(&reply.encode()), Ok(reply));
         }
@@ -215,8 +235,8 @@ mod tests {
         r[4] = 2;
         assert_eq!(Reply::decode(&r), Err(WireError::BadStatus(2)));
         let mut h = encode_hello(b"");
-        h[4] = 2;
-        assert_eq!(decode_hello_head(h[..8].try_into().unwrap()), Err(WireError::BadVersion(2)));
+        h[4..6].copy_from_slice(&(VERSION + 1).to_le_bytes());
+        assert_eq!(decode_hello_head(h[..8].try_into().unwrap()), Err(WireError::BadVersion(VERSION + 1)));
         let mut h = encode_hello(b"");
         h[6..8].copy_from_slice(&u16::MAX.to_le_bytes());
         assert_eq!(decode_hello_head(h[..8].try_into().unwrap()), Err(WireError::TokenTooLong(65535)));
