@@ -14,6 +14,7 @@ use tonic::{Request, Status};
 use uuid::Uuid;
 
 use crate::block::{self, BlockHeader};
+use crate::dataplane::wire::Method;
 use crate::dataplane::{DataPlane, Target};
 use crate::proto::{self, store_client::StoreClient};
 use crate::StoreError;
@@ -436,17 +437,12 @@ impl Action {
     /// request, so it may run on another task (a slave's write-behind).
     pub fn write_small(&self, key: &str, value: &[u8]) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
         let w = proto::SmallWrite { action: self.id, key: key.to_owned(), value: value.to_vec().into(), delete: false };
-        let mut rpc = self.rpc.clone();
-        async move {
-            rpc.write_small(w).await?;
-            Ok(())
-        }
+        write_small(self.rpc.clone(), self.plane.clone(), w)
     }
 
     pub async fn delete_small(&self, key: &str) -> Result<()> {
         let w = proto::SmallWrite { action: self.id, key: key.to_owned(), value: Bytes::new(), delete: true };
-        self.rpc.clone().write_small(w).await?;
-        Ok(())
+        write_small(self.rpc.clone(), self.plane.clone(), w).await
     }
 
     /// Reads a block under a read lock.
@@ -484,7 +480,11 @@ impl Action {
     /// `wait` while the bag has elements but none is free.
     pub async fn dequeue(&self, bag: &str, wait: Duration) -> Result<Dequeue> {
         let req = proto::DequeueRequest { action: self.id, bag: bag.to_owned(), wait_ms: wait.as_millis() as u32 };
-        let r = self.rpc.clone().dequeue(req).await?.into_inner();
+        // Over the data plane when there is one, as begin and commit.
+        let r: proto::DequeueReply = match &self.plane {
+            Some(plane) => plane.call(Method::Dequeue, &req).await?,
+            None => self.rpc.clone().dequeue(req).await?.into_inner(),
+        };
         use proto::dequeue_reply::Outcome;
         Ok(match r.outcome {
             Some(Outcome::Task(t)) => Dequeue::Task(task_from(t)),
@@ -624,6 +624,14 @@ async fn put_block(rpc: &Rpc, plane: &Option<Arc<DataPlane>>, action: u64, matri
     }
     rpc.clone().put_block(tokio_stream::iter(chunks)).await?;
     Ok(())
+}
+
+/// A small write (or delete) over the data plane when there is one.
+async fn write_small(mut rpc: Rpc, plane: Option<Arc<DataPlane>>, w: proto::SmallWrite) -> Result<()> {
+    match plane {
+        Some(plane) => plane.call::<_, proto::Empty>(Method::WriteSmall, &w).await.map(drop),
+        None => rpc.write_small(w).await.map(drop).map_err(StoreError::from),
+    }
 }
 
 async fn get_block(

@@ -148,6 +148,23 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     Err(e) => send_error(&mut s, &e).await?,
                 }
             }
+            Op::Call => {
+                if req.cols as u64 > wire::MAX_CALL_BODY {
+                    let e = StoreError::InvalidArgument { what: format!("a call body of {} bytes", req.cols) };
+                    send_error(&mut s, &e).await?;
+                    return Err(ConnError::Refused(e.to_string()));
+                }
+                let mut body = vec![0u8; req.cols as usize];
+                s.read_exact(&mut body).await?;
+                match call(node, req.rows, &body).await {
+                    Ok(reply) => {
+                        let mut out = Reply { ok: true, len: reply.len() as u64 }.encode().to_vec();
+                        out.extend_from_slice(&reply);
+                        s.write_all(&out).await?;
+                    }
+                    Err(e) => send_error(&mut s, &e).await?,
+                }
+            }
             Op::Put => {
                 if req.rows == 0 || req.cols == 0 || req.rows > MAX_BLOCK || req.cols > MAX_BLOCK {
                     let e = StoreError::InvalidArgument { what: format!("{key:?}: a block of {}x{}", req.rows, req.cols) };
@@ -167,6 +184,20 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
             }
         }
     }
+}
+
+/// Runs a unary call the data plane carries (`Op::Call`) with the gRPC
+/// handler's own body; returns the encoded reply.
+async fn call(node: &Arc<Node>, method: u32, body: &[u8]) -> Result<Vec<u8>, StoreError> {
+    use prost::Message;
+    use store_client::proto;
+    let bad = |e: prost::DecodeError| StoreError::InvalidArgument { what: format!("a call's request: {e}") };
+    let reply = match wire::Method::from_u32(method) {
+        Some(wire::Method::Dequeue) => crate::rpc::dequeue(node, proto::DequeueRequest::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec()),
+        Some(wire::Method::WriteSmall) => crate::rpc::write_small(node, proto::SmallWrite::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec()),
+        None => return Err(StoreError::InvalidArgument { what: format!("unknown data plane method {method}") }),
+    };
+    reply.map_err(|status| StoreError::from_status(&status))
 }
 
 async fn hello(s: &mut Stream, token: &[u8]) -> Result<(), ConnError> {

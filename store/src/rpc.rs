@@ -91,6 +91,28 @@ fn task_proto(d: queue::Dequeued) -> proto::Task {
     proto::Task { bag: d.bag, seq: d.seq, payload: d.payload.into(), attempts: d.attempts, returns: d.returns }
 }
 
+// The unary calls a slave makes for every task, which the data plane
+// carries too (`Op::Call`): one body for both transports.
+
+pub(crate) async fn dequeue(node: &Node, r: proto::DequeueRequest) -> Result<proto::DequeueReply, Status> {
+    let a = required_action(r.action)?;
+    let wait = Duration::from_millis(r.wait_ms as u64).min(MAX_DEQUEUE_WAIT);
+    use proto::dequeue_reply::Outcome;
+    let outcome = match node.dequeue(a, bag_name(&r.bag)?, wait).await.map_err(status)? {
+        queue::Dequeue::Task(t) => Outcome::Task(task_proto(t)),
+        queue::Dequeue::Empty => Outcome::Empty(proto::Empty {}),
+        queue::Dequeue::NoneAvailable => Outcome::NoneAvailable(proto::Empty {}),
+    };
+    Ok(proto::DequeueReply { outcome: Some(outcome) })
+}
+
+pub(crate) async fn write_small(node: &Node, r: proto::SmallWrite) -> Result<proto::Empty, Status> {
+    let a = required_action(r.action)?;
+    let value = (!r.delete).then(|| r.value.to_vec());
+    node.write_small(a, &r.key, value).await.map_err(status)?;
+    Ok(proto::Empty {})
+}
+
 #[tonic::async_trait]
 impl Store for Rpc {
     type OpenSessionStream = ReceiverStream<Result<proto::SessionEvent, Status>>;
@@ -166,11 +188,7 @@ impl Store for Rpc {
     }
 
     async fn write_small(&self, req: Request<proto::SmallWrite>) -> Reply<proto::Empty> {
-        let r = req.into_inner();
-        let a = required_action(r.action)?;
-        let value = (!r.delete).then(|| r.value.to_vec());
-        self.node.write_small(a, &r.key, value).await.map_err(status)?;
-        Ok(Response::new(proto::Empty {}))
+        Ok(Response::new(write_small(&self.node, req.into_inner()).await?))
     }
 
     async fn scan_small(&self, req: Request<proto::ScanRequest>) -> Reply<proto::ScanReply> {
@@ -268,16 +286,7 @@ impl Store for Rpc {
     }
 
     async fn dequeue(&self, req: Request<proto::DequeueRequest>) -> Reply<proto::DequeueReply> {
-        let r = req.into_inner();
-        let a = required_action(r.action)?;
-        let wait = Duration::from_millis(r.wait_ms as u64).min(MAX_DEQUEUE_WAIT);
-        use proto::dequeue_reply::Outcome;
-        let outcome = match self.node.dequeue(a, bag_name(&r.bag)?, wait).await.map_err(status)? {
-            queue::Dequeue::Task(t) => Outcome::Task(task_proto(t)),
-            queue::Dequeue::Empty => Outcome::Empty(proto::Empty {}),
-            queue::Dequeue::NoneAvailable => Outcome::NoneAvailable(proto::Empty {}),
-        };
-        Ok(Response::new(proto::DequeueReply { outcome: Some(outcome) }))
+        Ok(Response::new(dequeue(&self.node, req.into_inner()).await?))
     }
 
     async fn enqueue(&self, req: Request<proto::EnqueueRequest>) -> Reply<proto::Empty> {

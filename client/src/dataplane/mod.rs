@@ -275,6 +275,34 @@ impl DataPlane {
         answer.map(drop)
     }
 
+    /// Runs a unary method over the data plane: `request` protobuf-encoded
+    /// in, the reply decoded out, errors as the node typed them.
+    pub(crate) async fn call<Q: prost::Message, R: prost::Message + Default>(&self, method: wire::Method, request: &Q) -> Result<R> {
+        let body = request.encode_to_vec();
+        let mut req = Request::control(Op::Call, 0);
+        (req.rows, req.cols) = (method as u32, body.len() as u32);
+        let mut s = self.checkout().await?;
+        let answer = self.call_on(&mut s, &req, &body).await?;
+        self.give_back(s);
+        R::decode(&answer?[..]).map_err(|e| self.unavailable(format!("decoding the reply to {method:?}: {e}")))
+    }
+
+    async fn call_on(&self, s: &mut Stream, req: &Request, body: &[u8]) -> Result<Result<Vec<u8>>> {
+        let send = |e: std::io::Error| self.unavailable(format!("sending a call: {e}"));
+        let mut out = req.encode().to_vec();
+        out.extend_from_slice(body);
+        s.write_all(&out).await.map_err(send)?;
+        match self.read_reply(s).await? {
+            Ok(len) if len <= wire::MAX_CALL_BODY => {
+                let mut reply = vec![0u8; len as usize];
+                s.read_exact(&mut reply).await.map_err(|e| self.unavailable(format!("reading a call's reply: {e}")))?;
+                Ok(Ok(reply))
+            }
+            Ok(len) => Err(self.unavailable(format!("a call's reply of {len} bytes"))),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
     /// Sends a begin or commit and reads its answer of `want` bytes.
     async fn control_on(&self, s: &mut Stream, req: Request, want: u64) -> Result<Result<Vec<u8>>> {
         let what = if req.op == Op::Begin { "a begin" } else { "a commit" };

@@ -14,6 +14,8 @@
 //!         put: then rows·cols·8 payload bytes
 //!         begin: action = the session's id; commit: action = the action's;
 //!         the other fields are zero
+//!         call: rows = the method ([`Method`]), cols = the length of the
+//!         protobuf request that follows (at most MAX_CALL_BODY)
 //! reply   "FTBR" | status u8 | 0 0 0 | len u64                        (16 bytes)
 //!         ok get: len = 32-byte block header + payload (the stored form)
 //!         ok local get: len = 32, the block header, and the version file's
@@ -21,6 +23,7 @@
 //!         the client reads the payload from it at offset 32
 //!         ok put / commit / hello: len = 0
 //!         ok begin: len = 8, the new top-level action's id (u64)
+//!         ok call: len bytes of the method's protobuf reply
 //!         error: len bytes of ErrorDetail (protobuf), see StoreError::to_detail
 //! ```
 //!
@@ -32,7 +35,7 @@ use uuid::Uuid;
 pub const HELLO_MAGIC: [u8; 4] = *b"FTBH";
 pub const REQUEST_MAGIC: [u8; 4] = *b"FTBQ";
 pub const REPLY_MAGIC: [u8; 4] = *b"FTBR";
-/// 2: begin and commit.
+/// 2: begin, commit and calls.
 pub const VERSION: u16 = 2;
 pub const REQUEST_LEN: usize = 56;
 pub const REPLY_LEN: usize = 16;
@@ -43,6 +46,8 @@ pub const MAX_TOKEN: usize = 4096;
 pub const MAX_BLOCK_SIDE: u32 = 4096;
 /// Longest error detail a reply may carry.
 pub const MAX_ERROR_LEN: u64 = 1 << 20;
+/// Longest protobuf body a call's request or reply may carry.
+pub const MAX_CALL_BODY: u64 = 64 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -62,6 +67,29 @@ pub enum Op {
     Begin = 6,
     /// Commits `action`, as the gRPC `Commit` does.
     Commit = 7,
+    /// A unary gRPC method's request and reply, protobuf-encoded.
+    Call = 8,
+}
+
+/// The gRPC methods a data-plane call may name: those a slave makes for
+/// every task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Method {
+    /// `DequeueRequest` → `DequeueReply`.
+    Dequeue = 1,
+    /// `SmallWrite` → `Empty`.
+    WriteSmall = 2,
+}
+
+impl Method {
+    pub fn from_u32(m: u32) -> Option<Method> {
+        match m {
+            1 => Some(Method::Dequeue),
+            2 => Some(Method::WriteSmall),
+            _ => None,
+        }
+    }
 }
 
 /// One request. `rows`, `cols` and `crc32c` describe a put's payload and
@@ -116,6 +144,7 @@ impl Request {
             5 => Op::GetLocalForUpdate,
             6 => Op::Begin,
             7 => Op::Commit,
+            8 => Op::Call,
             other => return Err(WireError::BadOp(other)),
         };
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
@@ -213,6 +242,10 @@ mod tests {
     fn requests_and_replies_round_trip() {
         let r = Request { op: Op::Put, action: 7, matrix: Uuid::new_v4(), i: 3, j: 9, rows: 5, cols: 2, crc32c: 0xdead_beef };
         assert_eq!(Request::decode(&r.encode()), Ok(r));
+        for m in [Method::Dequeue, Method::WriteSmall] {
+            assert_eq!(Method::from_u32(m as u32), Some(m));
+        }
+        assert_eq!(Method::from_u32(0), None);
         for op in [Op::Begin, Op::Commit] {
             let r = Request::control(op, u64::MAX - 3);
             assert_eq!(Request::decode(&r.encode()), Ok(r));
