@@ -340,25 +340,41 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
     after_hello.extend_from_slice(&[0xffu8; 4096]);
     let mut huge_put = wire::encode_hello(b"");
     huge_put.extend_from_slice(&huge.encode());
-    for garbage in [&b"GET / HTTP/1.1\r\n\r\n"[..], &after_hello, &huge_put] {
+    // A call announcing a body past the limit (not allocated either).
+    let mut huge_call = wire::encode_hello(b"");
+    let call = wire::Request { rows: wire::Method::Dequeue as u32, cols: u32::MAX, ..wire::Request::control(wire::Op::Call, 1) };
+    huge_call.extend_from_slice(&call.encode());
+    for garbage in [&b"GET / HTTP/1.1\r\n\r\n"[..], &after_hello, &huge_put, &huge_call] {
         // 7 s: past the 5 s a silent client gets to say hello.
         assert!(closes_after(data, garbage, Duration::from_secs(7)).await, "the node should close a data connection speaking garbage");
     }
-    // A local get (descriptor passing) over TCP is refused, typed, and the
-    // connection stays in step for the next request.
+    // Requests the node refuses with a typed error, keeping the
+    // connection in step for the next one: a local get (descriptor
+    // passing) over TCP, a call of an unknown method, a call whose body is
+    // not its protobuf, a commit without an action, a begin in a session
+    // that does not exist.
     let mut sock = tokio::net::TcpStream::connect(data).await.unwrap();
     sock.write_all(&wire::encode_hello(b"")).await.unwrap();
     let mut head = [0u8; wire::REPLY_LEN];
     sock.read_exact(&mut head).await.unwrap();
-    for op in [wire::Op::GetLocal, wire::Op::GetLocal] {
-        let req = wire::Request { op, action: 0, matrix: m.id, i: 0, j: 0, rows: 0, cols: 0, crc32c: 0 };
+    let local_get = wire::Request { op: wire::Op::GetLocal, action: 0, matrix: m.id, i: 0, j: 0, rows: 0, cols: 0, crc32c: 0 };
+    let call = |method: u32, body: &[u8]| (wire::Request { rows: method, cols: body.len() as u32, ..wire::Request::control(wire::Op::Call, 0) }, body.to_vec());
+    let refused: Vec<((wire::Request, Vec<u8>), fn(&StoreError) -> bool)> = vec![
+        ((local_get, vec![]), |e| matches!(e, StoreError::InvalidArgument { .. })),
+        (call(99, b""), |e| matches!(e, StoreError::InvalidArgument { .. })),
+        (call(wire::Method::Dequeue as u32, &[0xff; 3]), |e| matches!(e, StoreError::InvalidArgument { .. })),
+        ((wire::Request::control(wire::Op::Commit, 0), vec![]), |e| matches!(e, StoreError::InvalidArgument { .. })),
+        ((wire::Request::control(wire::Op::Begin, 123_456), vec![]), |e| matches!(e, StoreError::SessionExpired { .. })),
+    ];
+    for ((req, body), expected) in refused {
         sock.write_all(&req.encode()).await.unwrap();
+        sock.write_all(&body).await.unwrap();
         sock.read_exact(&mut head).await.unwrap();
         let reply = wire::Reply::decode(&head).unwrap();
         let mut detail = vec![0u8; reply.len as usize];
         sock.read_exact(&mut detail).await.unwrap();
         let e = StoreError::from_detail(&detail);
-        assert!(!reply.ok && matches!(e, StoreError::InvalidArgument { .. }), "{e}");
+        assert!(!reply.ok && expected(&e), "{req:?}: {e}");
     }
     assert_eq!(n.client.read_block_committed(m.id, 0, 0).await.unwrap(), block(8, 8, 1.0));
 }
