@@ -277,7 +277,7 @@ impl Client {
 
     /// Reads the committed state of a small object without a lock.
     pub async fn peek_small(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        read_small(&self.rpc, 0, key, proto::LockMode::Read).await
+        read_small(&self.rpc, &self.plane, 0, key, proto::LockMode::Read).await
     }
 
     /// Committed small objects whose key starts with `prefix`, in key order.
@@ -405,8 +405,12 @@ impl Action {
     }
 
     pub async fn begin_nested(&self) -> Result<Action> {
-        let r = self.rpc.clone().begin(proto::BeginRequest { session: 0, parent: self.id }).await?;
-        Ok(Action { rpc: self.rpc.clone(), plane: self.plane.clone(), id: r.into_inner().action, _session: self._session.clone() })
+        let req = proto::BeginRequest { session: 0, parent: self.id };
+        let r: proto::BeginReply = match &self.plane {
+            Some(plane) => plane.call(Method::Begin, &req).await?,
+            None => self.rpc.clone().begin(req).await?.into_inner(),
+        };
+        Ok(Action { rpc: self.rpc.clone(), plane: self.plane.clone(), id: r.action, _session: self._session.clone() })
     }
 
     /// Commits: a nested action into its parent; a top-level one durably
@@ -430,7 +434,7 @@ impl Action {
     /// lock, to update it next).
     pub async fn read_small(&self, key: &str, write: bool) -> Result<Option<Vec<u8>>> {
         let mode = if write { proto::LockMode::Write } else { proto::LockMode::Read };
-        read_small(&self.rpc, self.id, key, mode).await
+        read_small(&self.rpc, &self.plane, self.id, key, mode).await
     }
 
     /// Writes a small object under a write lock. The future owns its
@@ -498,10 +502,12 @@ impl Action {
     /// owns its request, like [`Action::write_small`]'s.
     pub fn enqueue(&self, bag: &str, payload: &[u8]) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
         let req = proto::EnqueueRequest { action: self.id, bag: bag.to_owned(), payload: payload.to_vec().into() };
-        let mut rpc = self.rpc.clone();
+        let (mut rpc, plane) = (self.rpc.clone(), self.plane.clone());
         async move {
-            rpc.enqueue(req).await?;
-            Ok(())
+            match plane {
+                Some(plane) => plane.call::<_, proto::Empty>(Method::Enqueue, &req).await.map(drop),
+                None => rpc.enqueue(req).await.map(drop).map_err(StoreError::from),
+            }
         }
     }
 }
@@ -518,9 +524,12 @@ fn task_from(t: proto::Task) -> Task {
     Task { bag: t.bag, seq: t.seq, payload: t.payload.to_vec(), attempts: t.attempts, returns: t.returns }
 }
 
-async fn read_small(rpc: &Rpc, action: u64, key: &str, mode: proto::LockMode) -> Result<Option<Vec<u8>>> {
-    let r = rpc.clone().read_small(proto::SmallRef { action, key: key.to_owned(), mode: mode as i32 }).await?;
-    let v = r.into_inner();
+async fn read_small(rpc: &Rpc, plane: &Option<Arc<DataPlane>>, action: u64, key: &str, mode: proto::LockMode) -> Result<Option<Vec<u8>>> {
+    let req = proto::SmallRef { action, key: key.to_owned(), mode: mode as i32 };
+    let v: proto::SmallValue = match plane {
+        Some(plane) => plane.call(Method::ReadSmall, &req).await?,
+        None => rpc.clone().read_small(req).await?.into_inner(),
+    };
     Ok(v.found.then(|| v.value.to_vec()))
 }
 

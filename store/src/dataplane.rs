@@ -195,6 +195,9 @@ async fn call(node: &Arc<Node>, method: u32, body: &[u8]) -> Result<Vec<u8>, Sto
     let reply = match wire::Method::from_u32(method) {
         Some(wire::Method::Dequeue) => crate::rpc::dequeue(node, proto::DequeueRequest::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec()),
         Some(wire::Method::WriteSmall) => crate::rpc::write_small(node, proto::SmallWrite::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec()),
+        Some(wire::Method::Begin) => crate::rpc::begin(node, proto::BeginRequest::decode(body).map_err(bad)?).map(|r| r.encode_to_vec()),
+        Some(wire::Method::ReadSmall) => crate::rpc::read_small(node, proto::SmallRef::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec()),
+        Some(wire::Method::Enqueue) => crate::rpc::enqueue(node, proto::EnqueueRequest::decode(body).map_err(bad)?).map(|r| r.encode_to_vec()),
         None => return Err(StoreError::InvalidArgument { what: format!("unknown data plane method {method}") }),
     };
     reply.map_err(|status| StoreError::from_status(&status))

@@ -91,8 +91,25 @@ fn task_proto(d: queue::Dequeued) -> proto::Task {
     proto::Task { bag: d.bag, seq: d.seq, payload: d.payload.into(), attempts: d.attempts, returns: d.returns }
 }
 
-// The unary calls a slave makes for every task, which the data plane
+// The unary calls a slave makes for its tasks, which the data plane
 // carries too (`Op::Call`): one body for both transports.
+
+pub(crate) fn begin(node: &Node, r: proto::BeginRequest) -> Result<proto::BeginReply, Status> {
+    let id = node.begin(SessionId(r.session), action(r.parent)).map_err(status)?;
+    Ok(proto::BeginReply { action: id.0 })
+}
+
+pub(crate) async fn read_small(node: &Node, r: proto::SmallRef) -> Result<proto::SmallValue, Status> {
+    let mode = lock_mode(r.mode)?;
+    let v = node.read_small(action(r.action), &r.key, mode).await.map_err(status)?;
+    Ok(proto::SmallValue { found: v.is_some(), value: v.unwrap_or_default().into() })
+}
+
+pub(crate) fn enqueue(node: &Node, r: proto::EnqueueRequest) -> Result<proto::Empty, Status> {
+    let a = required_action(r.action)?;
+    node.enqueue(a, bag_name(&r.bag)?, r.payload.to_vec()).map_err(status)?;
+    Ok(proto::Empty {})
+}
 
 pub(crate) async fn dequeue(node: &Node, r: proto::DequeueRequest) -> Result<proto::DequeueReply, Status> {
     let a = required_action(r.action)?;
@@ -159,9 +176,7 @@ impl Store for Rpc {
     }
 
     async fn begin(&self, req: Request<proto::BeginRequest>) -> Reply<proto::BeginReply> {
-        let r = req.into_inner();
-        let id = self.node.begin(SessionId(r.session), action(r.parent)).map_err(status)?;
-        Ok(Response::new(proto::BeginReply { action: id.0 }))
+        Ok(Response::new(begin(&self.node, req.into_inner())?))
     }
 
     async fn commit(&self, req: Request<proto::ActionRef>) -> Reply<proto::Empty> {
@@ -181,10 +196,7 @@ impl Store for Rpc {
     }
 
     async fn read_small(&self, req: Request<proto::SmallRef>) -> Reply<proto::SmallValue> {
-        let r = req.into_inner();
-        let mode = lock_mode(r.mode)?;
-        let v = self.node.read_small(action(r.action), &r.key, mode).await.map_err(status)?;
-        Ok(Response::new(proto::SmallValue { found: v.is_some(), value: v.unwrap_or_default().into() }))
+        Ok(Response::new(read_small(&self.node, req.into_inner()).await?))
     }
 
     async fn write_small(&self, req: Request<proto::SmallWrite>) -> Reply<proto::Empty> {
@@ -290,10 +302,7 @@ impl Store for Rpc {
     }
 
     async fn enqueue(&self, req: Request<proto::EnqueueRequest>) -> Reply<proto::Empty> {
-        let r = req.into_inner();
-        let a = required_action(r.action)?;
-        self.node.enqueue(a, bag_name(&r.bag)?, r.payload.to_vec()).map_err(status)?;
-        Ok(Response::new(proto::Empty {}))
+        Ok(Response::new(enqueue(&self.node, req.into_inner())?))
     }
 
     async fn bag_stats(&self, req: Request<proto::BagRef>) -> Reply<proto::BagStatsReply> {

@@ -72,7 +72,7 @@ pub enum Op {
 }
 
 /// The gRPC methods a data-plane call may name: those a slave makes for
-/// every task.
+/// its tasks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum Method {
@@ -80,15 +80,20 @@ pub enum Method {
     Dequeue = 1,
     /// `SmallWrite` → `Empty`.
     WriteSmall = 2,
+    /// `BeginRequest` → `BeginReply` (nested begins; top-level ones are
+    /// `Op::Begin`).
+    Begin = 3,
+    /// `SmallRef` → `SmallValue`.
+    ReadSmall = 4,
+    /// `EnqueueRequest` → `Empty`.
+    Enqueue = 5,
 }
 
 impl Method {
+    pub const ALL: [Method; 5] = [Method::Dequeue, Method::WriteSmall, Method::Begin, Method::ReadSmall, Method::Enqueue];
+
     pub fn from_u32(m: u32) -> Option<Method> {
-        match m {
-            1 => Some(Method::Dequeue),
-            2 => Some(Method::WriteSmall),
-            _ => None,
-        }
+        Method::ALL.into_iter().find(|&k| k as u32 == m)
     }
 }
 
@@ -242,7 +247,7 @@ mod tests {
     fn requests_and_replies_round_trip() {
         let r = Request { op: Op::Put, action: 7, matrix: Uuid::new_v4(), i: 3, j: 9, rows: 5, cols: 2, crc32c: 0xdead_beef };
         assert_eq!(Request::decode(&r.encode()), Ok(r));
-        for m in [Method::Dequeue, Method::WriteSmall] {
+        for m in Method::ALL {
             assert_eq!(Method::from_u32(m as u32), Some(m));
         }
         assert_eq!(Method::from_u32(0), None);
