@@ -388,6 +388,16 @@ pub(crate) fn ray_rate(quick: bool) -> anyhow::Result<f64> {
     Ok(best)
 }
 
+/// Puts `block` as block `(i, j)` of `matrix` in an action of its own;
+/// returns the seconds of begin, put and commit.
+async fn timed_put(session: &store_client::Session, matrix: uuid::Uuid, i: u32, j: u32, block: Block) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let a = session.begin().await?;
+    a.put_block(matrix, i, j, BlockData { rows: block.rows, cols: block.cols, data: block.data }).await?;
+    a.commit().await?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
 /// Runs `n` empty tasks through `bag` as a slave's loop does (begin,
 /// dequeue, a done record, commit), each after `pause`; returns their times.
 async fn empty_tasks(session: &store_client::Session, bag: &str, n: usize, pause: Duration) -> anyhow::Result<Vec<f64>> {
@@ -509,12 +519,7 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
         let mut times = Vec::new();
         for i in 0..g as u32 {
             for j in 0..g as u32 {
-                let blk = random_block(b, (i * 100 + j) as u64);
-                let t = Instant::now();
-                let a = session.begin().await?;
-                a.put_block(m.id, i, j, BlockData { rows: b, cols: b, data: blk.data }).await?;
-                a.commit().await?;
-                times.push(t.elapsed().as_secs_f64());
+                times.push(timed_put(&session, m.id, i, j, random_block(b, (i * 100 + j) as u64)).await?);
                 let t = Instant::now();
                 let a = session.begin().await?;
                 a.write_small(&format!("bench-params/commit/{b}/{i}/{j}"), &[0u8; 8]).await?;
@@ -529,12 +534,7 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
         let mut times = Vec::new();
         for i in 0..g as u32 {
             for j in 0..g as u32 {
-                let blk = random_block(b, (i * 100 + j + 7) as u64);
-                let t = Instant::now();
-                let a = session.begin().await?;
-                a.put_block(m.id, i, j, BlockData { rows: b, cols: b, data: blk.data }).await?;
-                a.commit().await?;
-                times.push(t.elapsed().as_secs_f64());
+                times.push(timed_put(&session, m.id, i, j, random_block(b, (i * 100 + j + 7) as u64)).await?);
             }
         }
         put_over.push((b, median(&mut times)));

@@ -349,14 +349,10 @@ impl Session {
     /// Begins a top-level action. Called while another action of this
     /// session runs, it is a nested top-level action: it commits on its own.
     pub async fn begin(&self) -> Result<Action> {
-        // Over the data plane when there is one: a slave begins and
-        // commits once per task, and a data-plane exchange costs less
-        // than a gRPC call (no HTTP/2 framing, fewer task wake-ups).
-        let id = match &self.client.plane {
-            Some(plane) => plane.begin(self.id).await?,
-            None => self.client.rpc.clone().begin(proto::BeginRequest { session: self.id, parent: 0 }).await?.into_inner().action,
-        };
-        Ok(Action { rpc: self.client.rpc.clone(), plane: self.client.plane.clone(), id, _session: self.heartbeat.clone() })
+        let mut rpc = self.client.rpc.clone();
+        let req = proto::BeginRequest { session: self.id, parent: 0 };
+        let r = unary(&self.client.plane, Method::Begin, req, |q| async move { rpc.begin(q).await }).await?;
+        Ok(Action { rpc: self.client.rpc.clone(), plane: self.client.plane.clone(), id: r.action, _session: self.heartbeat.clone() })
     }
 }
 
@@ -405,24 +401,18 @@ impl Action {
     }
 
     pub async fn begin_nested(&self) -> Result<Action> {
+        let mut rpc = self.rpc.clone();
         let req = proto::BeginRequest { session: 0, parent: self.id };
-        let r: proto::BeginReply = match &self.plane {
-            Some(plane) => plane.call(Method::Begin, &req).await?,
-            None => self.rpc.clone().begin(req).await?.into_inner(),
-        };
+        let r = unary(&self.plane, Method::Begin, req, |q| async move { rpc.begin(q).await }).await?;
         Ok(Action { rpc: self.rpc.clone(), plane: self.plane.clone(), id: r.action, _session: self._session.clone() })
     }
 
     /// Commits: a nested action into its parent; a top-level one durably
     /// (the reply means the batch is synced to disk).
     pub async fn commit(self) -> Result<()> {
-        match &self.plane {
-            Some(plane) => plane.commit(self.id).await,
-            None => {
-                self.rpc.clone().commit(proto::ActionRef { action: self.id }).await?;
-                Ok(())
-            }
-        }
+        let mut rpc = self.rpc.clone();
+        let req = proto::ActionRef { action: self.id };
+        unary::<_, proto::Empty, _, _>(&self.plane, Method::Commit, req, |q| async move { rpc.commit(q).await }).await.map(drop)
     }
 
     pub async fn abort(self) -> Result<()> {
@@ -441,12 +431,14 @@ impl Action {
     /// request, so it may run on another task (a slave's write-behind).
     pub fn write_small(&self, key: &str, value: &[u8]) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
         let w = proto::SmallWrite { action: self.id, key: key.to_owned(), value: value.to_vec().into(), delete: false };
-        write_small(self.rpc.clone(), self.plane.clone(), w)
+        let (mut rpc, plane) = (self.rpc.clone(), self.plane.clone());
+        async move { unary::<_, proto::Empty, _, _>(&plane, Method::WriteSmall, w, |q| async move { rpc.write_small(q).await }).await.map(drop) }
     }
 
     pub async fn delete_small(&self, key: &str) -> Result<()> {
         let w = proto::SmallWrite { action: self.id, key: key.to_owned(), value: Bytes::new(), delete: true };
-        write_small(self.rpc.clone(), self.plane.clone(), w).await
+        let mut rpc = self.rpc.clone();
+        unary::<_, proto::Empty, _, _>(&self.plane, Method::WriteSmall, w, |q| async move { rpc.write_small(q).await }).await.map(drop)
     }
 
     /// Reads a block under a read lock.
@@ -484,11 +476,8 @@ impl Action {
     /// `wait` while the bag has elements but none is free.
     pub async fn dequeue(&self, bag: &str, wait: Duration) -> Result<Dequeue> {
         let req = proto::DequeueRequest { action: self.id, bag: bag.to_owned(), wait_ms: wait.as_millis() as u32 };
-        // Over the data plane when there is one, as begin and commit.
-        let r: proto::DequeueReply = match &self.plane {
-            Some(plane) => plane.call(Method::Dequeue, &req).await?,
-            None => self.rpc.clone().dequeue(req).await?.into_inner(),
-        };
+        let mut rpc = self.rpc.clone();
+        let r = unary(&self.plane, Method::Dequeue, req, |q| async move { rpc.dequeue(q).await }).await?;
         use proto::dequeue_reply::Outcome;
         Ok(match r.outcome {
             Some(Outcome::Task(t)) => Dequeue::Task(task_from(t)),
@@ -503,12 +492,7 @@ impl Action {
     pub fn enqueue(&self, bag: &str, payload: &[u8]) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
         let req = proto::EnqueueRequest { action: self.id, bag: bag.to_owned(), payload: payload.to_vec().into() };
         let (mut rpc, plane) = (self.rpc.clone(), self.plane.clone());
-        async move {
-            match plane {
-                Some(plane) => plane.call::<_, proto::Empty>(Method::Enqueue, &req).await.map(drop),
-                None => rpc.enqueue(req).await.map(drop).map_err(StoreError::from),
-            }
-        }
+        async move { unary::<_, proto::Empty, _, _>(&plane, Method::Enqueue, req, |q| async move { rpc.enqueue(q).await }).await.map(drop) }
     }
 }
 
@@ -526,10 +510,8 @@ fn task_from(t: proto::Task) -> Task {
 
 async fn read_small(rpc: &Rpc, plane: &Option<Arc<DataPlane>>, action: u64, key: &str, mode: proto::LockMode) -> Result<Option<Vec<u8>>> {
     let req = proto::SmallRef { action, key: key.to_owned(), mode: mode as i32 };
-    let v: proto::SmallValue = match plane {
-        Some(plane) => plane.call(Method::ReadSmall, &req).await?,
-        None => rpc.clone().read_small(req).await?.into_inner(),
-    };
+    let mut rpc = rpc.clone();
+    let v = unary(plane, Method::ReadSmall, req, |q| async move { rpc.read_small(q).await }).await?;
     Ok(v.found.then(|| v.value.to_vec()))
 }
 
@@ -635,11 +617,19 @@ async fn put_block(rpc: &Rpc, plane: &Option<Arc<DataPlane>>, action: u64, matri
     Ok(())
 }
 
-/// A small write (or delete) over the data plane when there is one.
-async fn write_small(mut rpc: Rpc, plane: Option<Arc<DataPlane>>, w: proto::SmallWrite) -> Result<()> {
+/// One control call: over the data plane when the client has one (a
+/// slave's tasks make these; there they skip HTTP/2's framing and its task
+/// wake-ups), else as the gRPC method `grpc`.
+async fn unary<Q, R, F, Fut>(plane: &Option<Arc<DataPlane>>, method: Method, request: Q, grpc: F) -> Result<R>
+where
+    Q: prost::Message,
+    R: prost::Message + Default,
+    F: FnOnce(Q) -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<tonic::Response<R>, Status>>,
+{
     match plane {
-        Some(plane) => plane.call::<_, proto::Empty>(Method::WriteSmall, &w).await.map(drop),
-        None => rpc.write_small(w).await.map(drop).map_err(StoreError::from),
+        Some(plane) => plane.call(method, &request).await,
+        None => Ok(grpc(request).await?.into_inner()),
     }
 }
 

@@ -688,11 +688,13 @@ fn raytrace_survives_ten_kills_byte_identical_each_task_once() {
     eprintln!("seed {seed} (set FT_SEED to replay)");
     let env = Env::start(&["--attempt-limit", "1000"]);
     let s = env.s();
-    let (level, w, h, g) = (3, 96, 90, 2);
+    // 4×4 samples per pixel: since the renderer stopped allocating per
+    // ray, one-sample tasks ended before ten kills could land.
+    let (level, w, h, g, samples) = (3, 96, 90, 2, 4);
     let mut pngs = Vec::new();
     for kills in [0, KILLS] {
         let name = format!("balls-{kills}");
-        let job = submit_raytrace(s, &name, level, w, h, g, 1);
+        let job = submit_raytrace(s, &name, level, w, h, g, samples);
         let total = h.div_ceil(g) as usize;
         let made = run_with_kills(&env, job, total, kills, seed);
         assert!(made >= kills, "only {made} kills landed while the job ran");
@@ -701,7 +703,7 @@ fn raytrace_survives_ten_kills_byte_identical_each_task_once() {
         pngs.push(export_png(&env, &name));
     }
     assert!(pngs[0] == pngs[1], "the image after {KILLS} kills differs from the run without kills");
-    assert!(pngs[1] == reference_png(level, w, h, 1), "the image differs from the single-process render");
+    assert!(pngs[1] == reference_png(level, w, h, samples), "the image differs from the single-process render");
 }
 
 /// Single-bag: the slave computing `L(0,0)`, which every task of column 0

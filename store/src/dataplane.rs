@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actions::{ActionId, LockMode, SessionId};
+use actions::{ActionId, LockMode};
 use std::os::fd::AsFd;
 use store_client::block::{BlockHeader, HEADER_LEN};
 
@@ -122,32 +122,6 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     Err(e) => send_error(&mut s, &e).await?,
                 }
             }
-            Op::Begin => match node.begin(SessionId(req.action), None) {
-                Ok(id) => {
-                    let mut reply = Reply { ok: true, len: 8 }.encode().to_vec();
-                    reply.extend_from_slice(&id.0.to_le_bytes());
-                    s.write_all(&reply).await?;
-                }
-                Err(e) => send_error(&mut s, &e).await?,
-            },
-            Op::Commit => {
-                let outcome = match action {
-                    // Spawned, as the gRPC commit: once begun, a commit
-                    // finishes (locks released, bags settled) even if this
-                    // connection's task is dropped.
-                    Some(a) => {
-                        let node = node.clone();
-                        tokio::spawn(async move { node.commit(a).await })
-                            .await
-                            .unwrap_or_else(|e| Err(StoreError::Storage { what: format!("commit task: {e}") }))
-                    }
-                    None => Err(StoreError::InvalidArgument { what: "a commit needs an action".into() }),
-                };
-                match outcome {
-                    Ok(()) => s.write_all(&Reply { ok: true, len: 0 }.encode()).await?,
-                    Err(e) => send_error(&mut s, &e).await?,
-                }
-            }
             Op::Call => {
                 if req.cols as u64 > wire::MAX_CALL_BODY {
                     let e = StoreError::InvalidArgument { what: format!("a call body of {} bytes", req.cols) };
@@ -198,6 +172,7 @@ async fn call(node: &Arc<Node>, method: u32, body: &[u8]) -> Result<Vec<u8>, Sto
         Some(wire::Method::Begin) => crate::rpc::begin(node, proto::BeginRequest::decode(body).map_err(bad)?).map(|r| r.encode_to_vec()),
         Some(wire::Method::ReadSmall) => crate::rpc::read_small(node, proto::SmallRef::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec()),
         Some(wire::Method::Enqueue) => crate::rpc::enqueue(node, proto::EnqueueRequest::decode(body).map_err(bad)?).map(|r| r.encode_to_vec()),
+        Some(wire::Method::Commit) => crate::rpc::commit(node, proto::ActionRef::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec()),
         None => return Err(StoreError::InvalidArgument { what: format!("unknown data plane method {method}") }),
     };
     reply.map_err(|status| StoreError::from_status(&status))

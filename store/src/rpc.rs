@@ -99,6 +99,16 @@ pub(crate) fn begin(node: &Node, r: proto::BeginRequest) -> Result<proto::BeginR
     Ok(proto::BeginReply { action: id.0 })
 }
 
+pub(crate) async fn commit(node: &Arc<Node>, r: proto::ActionRef) -> Result<proto::Empty, Status> {
+    let a = required_action(r.action)?;
+    // Spawned: if the client vanishes mid-commit, the handler (or the
+    // data-plane connection) is dropped, but the commit must still finish
+    // (release locks, settle the bags) once its batch is durable.
+    let node = node.clone();
+    tokio::spawn(async move { node.commit(a).await }).await.map_err(join_error)?.map_err(status)?;
+    Ok(proto::Empty {})
+}
+
 pub(crate) async fn read_small(node: &Node, r: proto::SmallRef) -> Result<proto::SmallValue, Status> {
     let mode = lock_mode(r.mode)?;
     let v = node.read_small(action(r.action), &r.key, mode).await.map_err(status)?;
@@ -180,13 +190,7 @@ impl Store for Rpc {
     }
 
     async fn commit(&self, req: Request<proto::ActionRef>) -> Reply<proto::Empty> {
-        let a = required_action(req.into_inner().action)?;
-        // Spawned: if the client vanishes mid-commit, the handler is
-        // dropped, but the commit must still finish (release locks, settle
-        // the bags) once its batch is durable.
-        let node = self.node.clone();
-        tokio::spawn(async move { node.commit(a).await }).await.map_err(join_error)?.map_err(status)?;
-        Ok(Response::new(proto::Empty {}))
+        Ok(Response::new(commit(&self.node, req.into_inner()).await?))
     }
 
     async fn abort(&self, req: Request<proto::ActionRef>) -> Reply<proto::Empty> {

@@ -342,8 +342,7 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
     huge_put.extend_from_slice(&huge.encode());
     // A call announcing a body past the limit (not allocated either).
     let mut huge_call = wire::encode_hello(b"");
-    let call = wire::Request { rows: wire::Method::Dequeue as u32, cols: u32::MAX, ..wire::Request::control(wire::Op::Call, 1) };
-    huge_call.extend_from_slice(&call.encode());
+    huge_call.extend_from_slice(&wire::Request::call(wire::Method::Dequeue, u32::MAX).encode());
     for garbage in [&b"GET / HTTP/1.1\r\n\r\n"[..], &after_hello, &huge_put, &huge_call] {
         // 7 s: past the 5 s a silent client gets to say hello.
         assert!(closes_after(data, garbage, Duration::from_secs(7)).await, "the node should close a data connection speaking garbage");
@@ -358,13 +357,19 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
     let mut head = [0u8; wire::REPLY_LEN];
     sock.read_exact(&mut head).await.unwrap();
     let local_get = wire::Request { op: wire::Op::GetLocal, action: 0, matrix: m.id, i: 0, j: 0, rows: 0, cols: 0, crc32c: 0 };
-    let call = |method: u32, body: &[u8]| (wire::Request { rows: method, cols: body.len() as u32, ..wire::Request::control(wire::Op::Call, 0) }, body.to_vec());
+    use prost::Message;
+    use store_client::proto;
+    let call = |method: wire::Method, body: Vec<u8>| (wire::Request::call(method, body.len() as u32), body);
+    let unknown_method = wire::Request { rows: 99, ..wire::Request::call(wire::Method::Dequeue, 0) };
     let refused: Vec<((wire::Request, Vec<u8>), fn(&StoreError) -> bool)> = vec![
         ((local_get, vec![]), |e| matches!(e, StoreError::InvalidArgument { .. })),
-        (call(99, b""), |e| matches!(e, StoreError::InvalidArgument { .. })),
-        (call(wire::Method::Dequeue as u32, &[0xff; 3]), |e| matches!(e, StoreError::InvalidArgument { .. })),
-        ((wire::Request::control(wire::Op::Commit, 0), vec![]), |e| matches!(e, StoreError::InvalidArgument { .. })),
-        ((wire::Request::control(wire::Op::Begin, 123_456), vec![]), |e| matches!(e, StoreError::SessionExpired { .. })),
+        ((unknown_method, vec![]), |e| matches!(e, StoreError::InvalidArgument { .. })),
+        (call(wire::Method::Dequeue, vec![0xff; 3]), |e| matches!(e, StoreError::InvalidArgument { .. })),
+        (call(wire::Method::Commit, proto::ActionRef { action: 0 }.encode_to_vec()), |e| matches!(e, StoreError::InvalidArgument { .. })),
+        (
+            call(wire::Method::Begin, proto::BeginRequest { session: 123_456, parent: 0 }.encode_to_vec()),
+            |e| matches!(e, StoreError::SessionExpired { .. }),
+        ),
     ];
     for ((req, body), expected) in refused {
         sock.write_all(&req.encode()).await.unwrap();

@@ -258,40 +258,21 @@ impl DataPlane {
         answer
     }
 
-    /// Begins a top-level action in `session`; returns its id.
-    pub(crate) async fn begin(&self, session: u64) -> Result<u64> {
-        let mut s = self.checkout().await?;
-        let answer = self.control_on(&mut s, Request::control(Op::Begin, session), 8).await?;
-        self.give_back(s);
-        let id = answer?;
-        Ok(u64::from_le_bytes(id[..].try_into().expect("8 bytes checked")))
-    }
-
-    /// Commits `action` (durably, if it is top-level).
-    pub(crate) async fn commit(&self, action: u64) -> Result<()> {
-        let mut s = self.checkout().await?;
-        let answer = self.control_on(&mut s, Request::control(Op::Commit, action), 0).await?;
-        self.give_back(s);
-        answer.map(drop)
-    }
-
     /// Runs a unary method over the data plane: `request` protobuf-encoded
     /// in, the reply decoded out, errors as the node typed them.
     pub(crate) async fn call<Q: prost::Message, R: prost::Message + Default>(&self, method: wire::Method, request: &Q) -> Result<R> {
         let body = request.encode_to_vec();
-        let mut req = Request::control(Op::Call, 0);
-        (req.rows, req.cols) = (method as u32, body.len() as u32);
         let mut s = self.checkout().await?;
-        let answer = self.call_on(&mut s, &req, &body).await?;
+        let answer = self.call_on(&mut s, &Request::call(method, body.len() as u32), &body).await?;
         self.give_back(s);
         R::decode(&answer?[..]).map_err(|e| self.unavailable(format!("decoding the reply to {method:?}: {e}")))
     }
 
+    /// `Err`: the connection is out of step; `Ok`: the node's answer.
     async fn call_on(&self, s: &mut Stream, req: &Request, body: &[u8]) -> Result<Result<Vec<u8>>> {
-        let send = |e: std::io::Error| self.unavailable(format!("sending a call: {e}"));
         let mut out = req.encode().to_vec();
         out.extend_from_slice(body);
-        s.write_all(&out).await.map_err(send)?;
+        s.write_all(&out).await.map_err(|e| self.unavailable(format!("sending a call: {e}")))?;
         match self.read_reply(s).await? {
             Ok(len) if len <= wire::MAX_CALL_BODY => {
                 let mut reply = vec![0u8; len as usize];
@@ -299,21 +280,6 @@ impl DataPlane {
                 Ok(Ok(reply))
             }
             Ok(len) => Err(self.unavailable(format!("a call's reply of {len} bytes"))),
-            Err(e) => Ok(Err(e)),
-        }
-    }
-
-    /// Sends a begin or commit and reads its answer of `want` bytes.
-    async fn control_on(&self, s: &mut Stream, req: Request, want: u64) -> Result<Result<Vec<u8>>> {
-        let what = if req.op == Op::Begin { "a begin" } else { "a commit" };
-        s.write_all(&req.encode()).await.map_err(|e| self.unavailable(format!("sending {what}: {e}")))?;
-        match self.read_reply(s).await? {
-            Ok(len) if len == want => {
-                let mut body = vec![0u8; want as usize];
-                s.read_exact(&mut body).await.map_err(|e| self.unavailable(format!("reading the answer to {what}: {e}")))?;
-                Ok(Ok(body))
-            }
-            Ok(len) => Err(self.unavailable(format!("{what} answered with {len} bytes"))),
             Err(e) => Ok(Err(e)),
         }
     }

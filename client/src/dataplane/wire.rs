@@ -12,17 +12,15 @@
 //! request "FTBQ" | op u8 | 0 0 0 | action u64 | matrix [16] | i u32 | j u32
 //!                | rows u32 | cols u32 | crc32c u32 | 0 u32          (56 bytes)
 //!         put: then rows·cols·8 payload bytes
-//!         begin: action = the session's id; commit: action = the action's;
-//!         the other fields are zero
 //!         call: rows = the method ([`Method`]), cols = the length of the
-//!         protobuf request that follows (at most MAX_CALL_BODY)
+//!         protobuf request that follows (at most MAX_CALL_BODY); the
+//!         other fields are zero
 //! reply   "FTBR" | status u8 | 0 0 0 | len u64                        (16 bytes)
 //!         ok get: len = 32-byte block header + payload (the stored form)
 //!         ok local get: len = 32, the block header, and the version file's
 //!         descriptor passed with the reply (SCM_RIGHTS; Unix socket only):
 //!         the client reads the payload from it at offset 32
-//!         ok put / commit / hello: len = 0
-//!         ok begin: len = 8, the new top-level action's id (u64)
+//!         ok put / hello: len = 0
 //!         ok call: len bytes of the method's protobuf reply
 //!         error: len bytes of ErrorDetail (protobuf), see StoreError::to_detail
 //! ```
@@ -35,7 +33,7 @@ use uuid::Uuid;
 pub const HELLO_MAGIC: [u8; 4] = *b"FTBH";
 pub const REQUEST_MAGIC: [u8; 4] = *b"FTBQ";
 pub const REPLY_MAGIC: [u8; 4] = *b"FTBR";
-/// 2: begin, commit and calls.
+/// 2: calls.
 pub const VERSION: u16 = 2;
 pub const REQUEST_LEN: usize = 56;
 pub const REPLY_LEN: usize = 16;
@@ -62,17 +60,12 @@ pub enum Op {
     GetLocal = 4,
     /// `GetForUpdate`, answered with the descriptor.
     GetLocalForUpdate = 5,
-    /// Begins a top-level action in the session `action` names; the
-    /// reply carries the new action's id. (Nested actions use gRPC.)
-    Begin = 6,
-    /// Commits `action`, as the gRPC `Commit` does.
-    Commit = 7,
     /// A unary gRPC method's request and reply, protobuf-encoded.
-    Call = 8,
+    Call = 6,
 }
 
-/// The gRPC methods a data-plane call may name: those a slave makes for
-/// its tasks.
+/// The gRPC methods a data-plane call may name: the control calls a
+/// slave makes for its tasks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum Method {
@@ -80,17 +73,18 @@ pub enum Method {
     Dequeue = 1,
     /// `SmallWrite` → `Empty`.
     WriteSmall = 2,
-    /// `BeginRequest` → `BeginReply` (nested begins; top-level ones are
-    /// `Op::Begin`).
+    /// `BeginRequest` → `BeginReply`, top-level or nested.
     Begin = 3,
     /// `SmallRef` → `SmallValue`.
     ReadSmall = 4,
     /// `EnqueueRequest` → `Empty`.
     Enqueue = 5,
+    /// `ActionRef` → `Empty`: the commit, as the gRPC `Commit` runs it.
+    Commit = 6,
 }
 
 impl Method {
-    pub const ALL: [Method; 5] = [Method::Dequeue, Method::WriteSmall, Method::Begin, Method::ReadSmall, Method::Enqueue];
+    pub const ALL: [Method; 6] = [Method::Dequeue, Method::WriteSmall, Method::Begin, Method::ReadSmall, Method::Enqueue, Method::Commit];
 
     pub fn from_u32(m: u32) -> Option<Method> {
         Method::ALL.into_iter().find(|&k| k as u32 == m)
@@ -147,9 +141,7 @@ impl Request {
             3 => Op::Put,
             4 => Op::GetLocal,
             5 => Op::GetLocalForUpdate,
-            6 => Op::Begin,
-            7 => Op::Commit,
-            8 => Op::Call,
+            6 => Op::Call,
             other => return Err(WireError::BadOp(other)),
         };
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
@@ -165,9 +157,9 @@ impl Request {
         })
     }
 
-    /// A begin or commit: only `action` is set.
-    pub fn control(op: Op, action: u64) -> Request {
-        Request { op, action, matrix: Uuid::nil(), i: 0, j: 0, rows: 0, cols: 0, crc32c: 0 }
+    /// A call of `method` whose protobuf request is `body_len` bytes.
+    pub fn call(method: Method, body_len: u32) -> Request {
+        Request { op: Op::Call, action: 0, matrix: Uuid::nil(), i: 0, j: 0, rows: method as u32, cols: body_len, crc32c: 0 }
     }
 
     /// Payload bytes that follow a put.
@@ -251,10 +243,8 @@ mod tests {
             assert_eq!(Method::from_u32(m as u32), Some(m));
         }
         assert_eq!(Method::from_u32(0), None);
-        for op in [Op::Begin, Op::Commit] {
-            let r = Request::control(op, u64::MAX - 3);
-            assert_eq!(Request::decode(&r.encode()), Ok(r));
-        }
+        let r = Request::call(Method::Commit, u32::MAX - 3);
+        assert_eq!(Request::decode(&r.encode()), Ok(r));
         for reply in [Reply { ok: true, len: 1 << 33 }, Reply { ok: false, len: 12 }] {
             assert_eq!(Reply::decode(&reply.encode()), Ok(reply));
         }
