@@ -8,6 +8,10 @@
 //!   file baseline: no per-block file creation, no directory sync);
 //! - store put: per block `begin; put_block; commit` (commit = one synced
 //!   RocksDB batch) from one client over loopback gRPC;
+//! - raw put with two syncs: the raw put plus, per block, 64 bytes appended
+//!   to a second file and `fdatasync`ed: the floor for any store that makes
+//!   a block durable and then a record naming it (this one: the version
+//!   file, then the commit's RocksDB batch), reported beside the ratio;
 //! - both puts twice: of new blocks (a fresh matrix; raw: a truncated
 //!   file), then over the blocks just written (raw: the same file
 //!   rewritten in place), since the node overwrites the files of replaced
@@ -156,7 +160,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             }
             let m = rt.block_on(client.create_matrix(&format!("bench-blocks-{run_id}-{b}-{rep}"), b as u64, b as u64 * k as u64, b))?;
             for p in &mut puts {
-                p.raw = p.raw.min(raw_write(&raw_path, &data, k, p.written)?);
+                p.raw = p.raw.min(raw_write(&raw_path, &data, k, p.written, None)?);
+                let record = raw_dir.path().join("record.log");
+                p.raw_two_syncs = p.raw_two_syncs.min(raw_write(&raw_path, &data, k, p.written, Some(&record))?);
                 p.store = p.store.min(on_worker(&rt, store_write(client.clone(), m.id, b, data.clone(), k))?);
             }
             matrix = Some(m.id);
@@ -220,6 +226,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     ("blocks_were", json!(blocks_were)),
                     ("store_mib_s", json!(r1(rate(p.store)))),
                     ("raw_mib_s", json!(r1(rate(p.raw)))),
+                    ("raw_two_syncs_mib_s", json!(r1(rate(p.raw_two_syncs)))),
                     ("what", json!(what)),
                 ]),
             }
@@ -280,26 +287,39 @@ enum Written {
 struct Puts {
     written: Written,
     raw: Duration,
+    /// The raw pass with a second synced write per block, of a commit
+    /// record's size to another file: what any store that makes a block
+    /// durable and then a pointer to it must at least pay.
+    raw_two_syncs: Duration,
     store: Duration,
 }
 
 impl Puts {
     fn new(written: Written) -> Puts {
-        Puts { written, raw: Duration::MAX, store: Duration::MAX }
+        Puts { written, raw: Duration::MAX, raw_two_syncs: Duration::MAX, store: Duration::MAX }
     }
 }
 
 /// Writes k blocks to the file from its start, `fdatasync` after each:
 /// appended to the file truncated first (new blocks) or over its old
-/// bytes in place (overwrites); returns the time.
-fn raw_write(path: &Path, data: &[f64], k: usize, written: Written) -> anyhow::Result<Duration> {
+/// bytes in place (overwrites); with `record`, then also appends 64 bytes
+/// to that file and `fdatasync`s it, per block. Returns the time.
+fn raw_write(path: &Path, data: &[f64], k: usize, written: Written, record: Option<&Path>) -> anyhow::Result<Duration> {
     let mut f = OpenOptions::new().create(true).write(true).truncate(matches!(written, Written::New)).open(path)?;
     f.sync_all()?;
+    let mut log = match record {
+        Some(r) => Some(OpenOptions::new().create(true).append(true).open(r)?),
+        None => None,
+    };
     let mut t = Duration::ZERO;
     for _ in 0..k {
         let t0 = Instant::now();
         f.write_all(as_bytes(data))?;
         f.sync_data()?;
+        if let Some(log) = &mut log {
+            log.write_all(&[0x5a; 64])?;
+            log.sync_data()?;
+        }
         t += t0.elapsed();
     }
     Ok(t)

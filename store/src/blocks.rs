@@ -6,11 +6,13 @@ use std::sync::Arc;
 use actions::{ActionId, LockMode};
 use bytes::Bytes;
 use prost::Message;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use store_client::block::{self, BlockHeader, HEADER_LEN};
 use store_client::{proto, MatrixInfo, StoreError};
 use uuid::Uuid;
 
 use crate::db::Db;
+use crate::files::Staging;
 use crate::keys::{BlockKey, ObjKey, Tentative};
 use crate::node::Node;
 
@@ -165,22 +167,82 @@ impl Node {
     /// Writes a block inside `action` under an overwrite lock. `value` is
     /// the stored form (header space then payload), checked here.
     pub(crate) async fn put_block(self: &Arc<Self>, action: ActionId, key: BlockKey, value: Vec<u8>) -> Result<(), StoreError> {
+        let header = block::decode(&value, &|| format!("{key:?} as sent"))?.0;
+        self.prepare_put(action, key, &header).await?;
+        let db = self.db.clone();
+        let version = tokio::task::spawn_blocking(move || db.stage_version(&value))
+            .await
+            .map_err(|e| StoreError::Storage { what: e.to_string() })??;
+        self.stage_put(action, key, version)
+    }
+
+    /// Writes a block inside `action` under an overwrite lock, its payload
+    /// read from `from` (`header.payload_len()` bytes, checked against the
+    /// header's checksum) and written to its version's file piece by piece
+    /// as it arrives: the next piece crosses the socket while this one is
+    /// written and goes to the disk, and the node holds two pieces of a
+    /// block, not the block. (A 32 MiB put over the Unix socket took 31–36
+    /// ms when received whole, then written and synced; the write and
+    /// its sync alone take 15.)
+    ///
+    /// Every payload byte is read from `from`, even when the put is
+    /// refused, so the connection stays in step; `Err` means `from`
+    /// failed and the connection is lost.
+    pub(crate) async fn put_block_from(
+        self: &Arc<Self>,
+        action: ActionId,
+        key: BlockKey,
+        header: BlockHeader,
+        from: &mut (impl AsyncRead + Unpin),
+    ) -> std::io::Result<Result<(), StoreError>> {
+        let payload = header.payload_len() as u64;
+        let prepared = match self.prepare_put(action, key, &header).await {
+            Ok(()) => self.db.files().stage((HEADER_LEN as u64) + payload),
+            Err(e) => Err(e),
+        };
+        let staging = match prepared {
+            Ok(staging) => staging,
+            Err(e) => {
+                tokio::io::copy(&mut from.take(payload), &mut tokio::io::sink()).await?;
+                return Ok(Err(e));
+            }
+        };
+        let files = self.db.files();
+        let (staging, written) = write_pieces(staging, header, payload, from).await;
+        // `None`: a writer thread panicked with the file (the next open
+        // sweeps it), and the connection is out of step.
+        let Some(staging) = staging else { return Err(written.err().unwrap_or_else(|| std::io::Error::other("a block writer thread panicked"))) };
+        let version = staging.version();
+        match written {
+            Err(e) => {
+                files.abandon(staging);
+                Err(e)
+            }
+            Ok(Err(Piece::Io(e))) => Ok(Err(files.failed(staging, e))),
+            Ok(Err(Piece::Checksum)) => {
+                files.abandon(staging);
+                Ok(Err(StoreError::Corrupt { what: format!("{key:?} as sent: checksum mismatch") }))
+            }
+            Ok(Ok(())) => Ok(self.stage_put(action, key, version)),
+        }
+    }
+
+    /// Checks a put's block against its matrix and takes the overwrite lock.
+    async fn prepare_put(&self, action: ActionId, key: BlockKey, header: &BlockHeader) -> Result<(), StoreError> {
         let m = self.matrix(Some(key.matrix), "")?;
         let (rows, cols) = block_shape(&m, key.i, key.j)?;
-        let header = block::decode(&value, &|| format!("{key:?} as sent"))?.0;
         if (header.rows, header.cols) != (rows, cols) {
             return Err(StoreError::InvalidArgument {
                 what: format!("{key:?} must be {rows}x{cols}, got {}x{}", header.rows, header.cols),
             });
         }
-        debug_assert!(value.len() >= HEADER_LEN);
-        let k = ObjKey::Block(key);
-        self.acquire(action, &k, LockMode::Overwrite).await?;
-        let db = self.db.clone();
-        let version = tokio::task::spawn_blocking(move || db.stage_version(&value))
-            .await
-            .map_err(|e| StoreError::Storage { what: e.to_string() })??;
-        match self.set_tentative(action, k, Tentative::Block(version)) {
+        self.acquire(action, &ObjKey::Block(key), LockMode::Overwrite).await
+    }
+
+    /// Makes a written (synced) version the action's tentative state of
+    /// the block.
+    fn stage_put(&self, action: ActionId, key: BlockKey, version: Uuid) -> Result<(), StoreError> {
+        match self.set_tentative(action, ObjKey::Block(key), Tentative::Block(version)) {
             Ok(replaced) => {
                 if let Some(old) = replaced {
                     self.db.drop_staged(&[old]);
@@ -201,6 +263,122 @@ impl Node {
         }
         self.db.corrupt_block(&key)
     }
+}
+
+/// Bytes of a streamed put received and written at a time.
+const PIECE: usize = 2 << 20;
+
+/// Why a streamed put's pieces did not all reach the file.
+enum Piece {
+    Io(std::io::Error),
+    Checksum,
+}
+
+/// A piece on its way to the file: the staging and the buffer come back.
+type Writing = tokio::task::JoinHandle<(Staging, Vec<u8>, std::io::Result<()>)>;
+
+/// Reads `payload` bytes from `from` and writes them, after the header,
+/// into `staging`'s file, one piece on a blocking thread while the next is
+/// read, and syncs the file with the last piece if the payload matches
+/// its checksum. Returns the staging (`None` if a writer thread panicked
+/// with it) and: `Err` if `from` failed, else whether the file holds the
+/// value, durably. Reads the whole payload even after a failed write.
+async fn write_pieces(
+    staging: Staging,
+    header: BlockHeader,
+    payload: u64,
+    from: &mut (impl AsyncRead + Unpin),
+) -> (Option<Staging>, std::io::Result<Result<(), Piece>>) {
+    let mut staging = Some(staging);
+    let mut writing: Option<Writing> = None;
+    let mut spare: Option<Vec<u8>> = None;
+    let mut failed: Option<std::io::Error> = None;
+    let (mut crc, mut received, mut offset) = (0u32, 0u64, 0u64);
+    while received < payload {
+        let mut buf = spare.take().unwrap_or_else(|| Vec::with_capacity(HEADER_LEN + PIECE.min(payload as usize)));
+        buf.clear();
+        if offset == 0 {
+            buf.extend_from_slice(&header.encode());
+        }
+        let start = buf.len();
+        let want = (payload - received).min(PIECE as u64);
+        let read = read_exactly(from, &mut buf, want).await;
+        settle(&mut writing, &mut staging, &mut spare, &mut failed).await;
+        if let Err(e) = read {
+            return (staging, Err(e));
+        }
+        crc = crc32c::crc32c_append(crc, &buf[start..]);
+        received += want;
+        let last = received == payload;
+        if failed.is_some() || (last && crc != header.crc32c) {
+            // Keep reading to stay in step; write no more.
+            spare = Some(buf);
+            continue;
+        }
+        let Some(s) = staging.take() else { break };
+        let at = offset;
+        offset += buf.len() as u64;
+        let write = move || {
+            let r = s.write_at(&buf, at).and_then(|()| if last { s.finish() } else { Ok(()) });
+            (s, buf, r)
+        };
+        if last && multi_threaded() {
+            // The last piece (the only one of a small block) has nothing
+            // left to overlap with: this thread writes and syncs it (its
+            // runtime lends its other tasks to another worker), saving two
+            // thread wake-ups (b = 256 overwrites: 486–571 MiB/s, against
+            // 415–429 with the hand-off).
+            let (s, buf, r) = tokio::task::block_in_place(write);
+            staging = Some(s);
+            spare = Some(buf);
+            if let Err(e) = r {
+                failed.get_or_insert(e);
+            }
+        } else {
+            writing = Some(tokio::task::spawn_blocking(write));
+        }
+    }
+    settle(&mut writing, &mut staging, &mut spare, &mut failed).await;
+    if staging.is_none() {
+        return (None, Err(std::io::Error::other("a block writer thread panicked")));
+    }
+    let outcome = match failed {
+        Some(e) => Err(Piece::Io(e)),
+        None if crc != header.crc32c => Err(Piece::Checksum),
+        None => Ok(()),
+    };
+    (staging, Ok(outcome))
+}
+
+/// Whether this task's runtime can lend its worker to blocking work.
+fn multi_threaded() -> bool {
+    tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+}
+
+/// Waits for the piece being written, if any; takes back its file and
+/// buffer and keeps its error.
+async fn settle(writing: &mut Option<Writing>, staging: &mut Option<Staging>, spare: &mut Option<Vec<u8>>, failed: &mut Option<std::io::Error>) {
+    if let Some(w) = writing.take() {
+        if let Ok((s, buf, r)) = w.await {
+            *staging = Some(s);
+            *spare = Some(buf);
+            if let Err(e) = r {
+                failed.get_or_insert(e);
+            }
+        }
+    }
+}
+
+/// Appends exactly `n` bytes from `from` to `buf` (which has the room),
+/// without zeroing them first.
+async fn read_exactly(from: &mut (impl AsyncRead + Unpin), buf: &mut Vec<u8>, n: u64) -> std::io::Result<()> {
+    let mut limited = from.take(n);
+    while limited.limit() > 0 {
+        if limited.read_buf(buf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(())
 }
 
 /// Where [`Node::with_version`] runs its file work.

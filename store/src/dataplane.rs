@@ -20,7 +20,7 @@ use store_client::block::{BlockHeader, HEADER_LEN};
 use store_client::dataplane::wire::{self, Op, Reply, Request, REQUEST_LEN};
 use store_client::dataplane::{fdpass, size_buffers, Stream};
 use store_client::StoreError;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::task::JoinSet;
 
@@ -146,10 +146,13 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     return Err(ConnError::Refused(e.to_string()));
                 }
                 let header = BlockHeader { rows: req.rows, cols: req.cols, crc32c: req.crc32c };
-                let value = read_value(&mut s, &header).await?;
                 let outcome = match action {
-                    Some(a) => node.put_block(a, key, value).await,
-                    None => Err(StoreError::InvalidArgument { what: "a block put needs an action".into() }),
+                    Some(a) => node.put_block_from(a, key, header, &mut s).await?,
+                    None => {
+                        let payload = header.payload_len() as u64;
+                        tokio::io::copy(&mut (&mut s).take(payload), &mut tokio::io::sink()).await?;
+                        Err(StoreError::InvalidArgument { what: "a block put needs an action".into() })
+                    }
                 };
                 match outcome {
                     Ok(()) => s.write_all(&Reply { ok: true, len: 0 }.encode()).await?,
@@ -192,21 +195,6 @@ async fn hello(s: &mut Stream, token: &[u8]) -> Result<(), ConnError> {
     }
     s.write_all(&Reply { ok: true, len: 0 }.encode()).await?;
     Ok(())
-}
-
-/// Reads a put's payload into the stored form (header, then payload),
-/// without zeroing the buffer first.
-async fn read_value(s: &mut (impl AsyncRead + Unpin), header: &BlockHeader) -> std::io::Result<Vec<u8>> {
-    let total = HEADER_LEN + header.payload_len();
-    let mut value = Vec::with_capacity(total);
-    value.extend_from_slice(&header.encode());
-    while value.len() < total {
-        let want = total - value.len();
-        if (&mut *s).take(want as u64).read_buf(&mut value).await? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-    }
-    Ok(value)
 }
 
 async fn send_error(s: &mut Stream, e: &StoreError) -> std::io::Result<()> {

@@ -268,6 +268,12 @@ impl Db {
         self.files.write(value)
     }
 
+    /// The version files, for a put that writes its version in pieces as
+    /// they arrive ([`BlockFiles::stage`]).
+    pub(crate) fn files(&self) -> &BlockFiles {
+        &self.files
+    }
+
     /// Drops staged versions of aborted or superseded writes (recycled).
     pub(crate) fn drop_staged(&self, versions: &[Uuid]) {
         self.files.retire(versions);

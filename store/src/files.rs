@@ -43,7 +43,7 @@
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -116,6 +116,51 @@ pub(crate) fn io_error(e: std::io::Error, what: impl FnOnce() -> String) -> Stor
     }
 }
 
+/// A version's file being written, from [`BlockFiles::stage`]. Its data
+/// is durable once [`Staging::finish`] returns; a staging that does not
+/// finish goes back with [`BlockFiles::abandon`] or [`BlockFiles::failed`].
+pub(crate) struct Staging {
+    version: Uuid,
+    file: File,
+    /// The value's length.
+    len: u64,
+    /// The file's length when it was taken (a recycled version's).
+    was: u64,
+}
+
+impl Staging {
+    pub(crate) fn version(&self) -> Uuid {
+        self.version
+    }
+
+    /// Writes `bytes` at `offset` and starts their writeback at once, so
+    /// that a value written in pieces is mostly on the disk when its
+    /// last piece arrives and [`Staging::finish`] waits for that piece
+    /// only (32 MiB: write and `fdatasync` 17 ms, in 1 MiB pieces with
+    /// writeback started after each 12.5 ms, on this VM).
+    pub(crate) fn write_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(bytes, offset)?;
+        // Only a hint to start writing; durability comes from `finish`.
+        // SAFETY: the descriptor is open for the call's duration.
+        let started = unsafe { libc::sync_file_range(self.file.as_raw_fd(), offset as i64, bytes.len() as i64, libc::SYNC_FILE_RANGE_WRITE) };
+        if started != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Cuts a longer recycled file to the value's length and syncs the
+    /// data: after this, the version survives a crash.
+    pub(crate) fn finish(&self) -> std::io::Result<()> {
+        if self.was > self.len {
+            self.file.set_len(self.len)?;
+        }
+        self.file.sync_data()
+    }
+}
+
 impl BlockFiles {
     /// Opens (or creates) the directory; no spares yet: [`BlockFiles::sweep`]
     /// would remove them, [`BlockFiles::refill`] after it makes them.
@@ -134,36 +179,35 @@ impl BlockFiles {
     /// write leaves no file behind. Overwrites a recycled version if there
     /// is one; a full disk first gives the recycled versions' space back.
     pub(crate) fn write(&self, value: &[u8]) -> Result<Uuid, StoreError> {
-        let recycled = self.recycled.lock().unwrap_or_else(|e| e.into_inner()).take(value.len() as u64);
-        if let Some((version, len)) = recycled {
-            return self.overwrite(version, len, value);
-        }
-        match self.write_fresh(value) {
-            Err(StoreError::StorageFull { .. }) if self.release_recycled() > 0 => self.write_fresh(value),
+        let once = || {
+            let staging = self.stage(value.len() as u64)?;
+            match staging.write_at(value, 0).and_then(|()| staging.finish()) {
+                Ok(()) => Ok(staging.version),
+                Err(e) => Err(self.failed(staging, e)),
+            }
+        };
+        match once() {
+            // `failed` gave the recycled versions' space back.
+            Err(StoreError::StorageFull { .. }) => once(),
             written => written,
         }
     }
 
-    /// Writes `value` over a recycled version's file of `len` bytes.
-    fn overwrite(&self, version: Uuid, len: u64, value: &[u8]) -> Result<Uuid, StoreError> {
-        use std::os::unix::fs::FileExt;
-        let path = self.path(version);
-        let what = || format!("overwriting recycled block version {version}");
-        let written = OpenOptions::new().write(true).open(&path).and_then(|f| {
-            f.write_all_at(value, 0)?;
-            if len > value.len() as u64 {
-                f.set_len(value.len() as u64)?;
-            }
-            f.sync_data()
-        });
-        written.map(|()| version).map_err(|e| {
-            let _ = std::fs::remove_file(&path);
-            io_error(e, what)
-        })
-    }
-
-    /// Writes a new version into a spare, or a new file.
-    fn write_fresh(&self, value: &[u8]) -> Result<Uuid, StoreError> {
+    /// The file a new version of `len` bytes is written into: a recycled
+    /// version's (one of that length if there is one: its overwrite
+    /// changes no metadata), else a spare, else a new file.
+    pub(crate) fn stage(&self, len: u64) -> Result<Staging, StoreError> {
+        let recycled = self.recycled.lock().unwrap_or_else(|e| e.into_inner()).take(len);
+        if let Some((version, was)) = recycled {
+            let path = self.path(version);
+            return match OpenOptions::new().write(true).open(&path) {
+                Ok(file) => Ok(Staging { version, file, len, was }),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&path);
+                    Err(io_error(e, || format!("opening recycled block version {version}")))
+                }
+            };
+        }
         let (spare, left) = {
             let mut spares = self.spares.lock().unwrap_or_else(|e| e.into_inner());
             (spares.pop(), spares.len())
@@ -176,7 +220,6 @@ impl BlockFiles {
         }
         let version = spare.unwrap_or_else(Uuid::new_v4);
         let path = self.path(version);
-        let what = || format!("writing block version {version}");
         let opened = match spare {
             // A spare is handed out once (popped under the lock) and is empty.
             Some(_) => OpenOptions::new().write(true).open(&path),
@@ -184,12 +227,28 @@ impl BlockFiles {
             // guard, and a refused create removes nothing).
             None => File::create_new(&path).inspect(|_| self.unsynced.store(true, Ordering::SeqCst)),
         };
-        let mut f = opened.map_err(|e| io_error(e, what))?;
-        f.write_all(value).and_then(|()| f.sync_data()).map_err(|e| {
-            let _ = std::fs::remove_file(&path);
-            io_error(e, what)
-        })?;
-        Ok(version)
+        let file = opened.map_err(|e| io_error(e, || format!("creating block version {version}")))?;
+        Ok(Staging { version, file, len, was: 0 })
+    }
+
+    /// Gives back a staged file that will not be a version (its put was
+    /// refused or cut off): kept for the next puts like a retired version.
+    pub(crate) fn abandon(&self, staging: Staging) {
+        self.retire(&[staging.version]);
+    }
+
+    /// Removes the file of a staged version whose write failed; returns
+    /// the typed error. A full disk also gives the recycled versions'
+    /// space back, so that the next put can succeed.
+    pub(crate) fn failed(&self, staging: Staging, e: std::io::Error) -> StoreError {
+        let version = staging.version;
+        drop(staging);
+        let _ = std::fs::remove_file(self.path(version));
+        let error = io_error(e, || format!("writing block version {version}"));
+        if matches!(error, StoreError::StorageFull { .. }) {
+            self.release_recycled();
+        }
+        error
     }
 
     /// Makes spares when fewer than half of [`SPARES`] are left: creates

@@ -372,16 +372,77 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
         ),
     ];
     for ((req, body), expected) in refused {
-        sock.write_all(&req.encode()).await.unwrap();
-        sock.write_all(&body).await.unwrap();
-        sock.read_exact(&mut head).await.unwrap();
-        let reply = wire::Reply::decode(&head).unwrap();
-        let mut detail = vec![0u8; reply.len as usize];
-        sock.read_exact(&mut detail).await.unwrap();
-        let e = StoreError::from_detail(&detail);
-        assert!(!reply.ok && expected(&e), "{req:?}: {e}");
+        let e = refusal(&mut sock, &req, &body).await;
+        assert!(expected(&e), "{req:?}: {e}");
     }
     assert_eq!(n.client.read_block_committed(m.id, 0, 0).await.unwrap(), block(8, 8, 1.0));
+}
+
+/// A put's payload goes to its version's file piece by piece as it
+/// arrives: one whose bytes do not match its checksum (in one piece, and
+/// in several) is refused with the connection kept in step, one cut off
+/// mid-payload loses its connection, and neither changes the block.
+#[tokio::test]
+async fn puts_that_arrive_damaged_or_cut_off_change_nothing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let n = node().await;
+    let data = n.running.as_ref().unwrap().data_addr();
+    // 1200² doubles: 11 MiB, several of the node's pieces.
+    let m = n.client.create_matrix("P", 1200, 2400, 1200).await.unwrap();
+    let (small, big) = (block(1200, 1200, 1.0), block(1200, 1200, 2.0));
+    let s = n.client.open_session("t").await.unwrap();
+    let a = s.begin().await.unwrap();
+    a.put_block(m.id, 0, 0, small.clone()).await.unwrap();
+    a.put_block(m.id, 0, 1, big.clone()).await.unwrap();
+    a.commit().await.unwrap();
+
+    let a = s.begin().await.unwrap();
+    let mut sock = tokio::net::TcpStream::connect(data).await.unwrap();
+    sock.write_all(&wire::encode_hello(b"")).await.unwrap();
+    let mut head = [0u8; wire::REPLY_LEN];
+    sock.read_exact(&mut head).await.unwrap();
+    let put = |j: u32, crc32c: u32| wire::Request { op: wire::Op::Put, action: a.id(), matrix: m.id, i: 0, j, rows: 1200, cols: 1200, crc32c };
+    let payload = |seed: f64| -> Vec<u8> { bytemuck::cast_slice(&block(1200, 1200, seed).data).to_vec() };
+    let good = payload(3.0);
+    let crc = store_client::block::checksum(&good);
+    let mut damaged = good.clone();
+    *damaged.last_mut().unwrap() ^= 1;
+    for j in [0, 1] {
+        let e = refusal(&mut sock, &put(j, crc), &damaged).await;
+        assert!(matches!(&e, StoreError::Corrupt { what } if what.contains("checksum")), "{e}");
+    }
+    // In step: the same connection takes a good put.
+    sock.write_all(&put(0, crc).encode()).await.unwrap();
+    sock.write_all(&good).await.unwrap();
+    sock.read_exact(&mut head).await.unwrap();
+    assert!(wire::Reply::decode(&head).unwrap().ok);
+    // Cut off after two of its 11 MiB.
+    sock.write_all(&put(1, crc).encode()).await.unwrap();
+    sock.write_all(&good[..2 << 20]).await.unwrap();
+    drop(sock);
+    a.commit().await.unwrap();
+    assert_eq!(n.client.read_block_committed(m.id, 0, 0).await.unwrap(), block(1200, 1200, 3.0));
+    assert_eq!(n.client.read_block_committed(m.id, 0, 1).await.unwrap(), big);
+    // The cut-off put left the block's lock free for the next action.
+    let b = s.begin().await.unwrap();
+    b.put_block(m.id, 0, 1, small.clone()).await.unwrap();
+    b.commit().await.unwrap();
+    assert_eq!(n.client.read_block_committed(m.id, 0, 1).await.unwrap(), small);
+}
+
+/// Sends a request and its body on a raw data-plane connection; the typed
+/// error the node refused it with.
+async fn refusal(sock: &mut tokio::net::TcpStream, req: &wire::Request, body: &[u8]) -> StoreError {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    sock.write_all(&req.encode()).await.unwrap();
+    sock.write_all(body).await.unwrap();
+    let mut head = [0u8; wire::REPLY_LEN];
+    sock.read_exact(&mut head).await.unwrap();
+    let reply = wire::Reply::decode(&head).unwrap();
+    let mut detail = vec![0u8; reply.len as usize];
+    sock.read_exact(&mut detail).await.unwrap();
+    assert!(!reply.ok, "{req:?} was accepted");
+    StoreError::from_detail(&detail)
 }
 
 /// Sends `garbage` on a new connection to `addr`; whether the node closes
