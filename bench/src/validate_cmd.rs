@@ -136,7 +136,7 @@ pub(crate) fn warm(params: &Params) -> Params {
 /// The thesis's model with these parameters: no per-task overhead, no job
 /// latency, piecewise kernel rates.
 fn thesis_params(params: &Params) -> Params {
-    Params { task_overhead: None, task_wake: None, job_latency: None, kernels: None, disk_put_overwrite: None, ..warm(params) }
+    Params { task_overhead: None, task_wake: None, job_latency: None, kernels: None, disk_put_overwrite: None, local_get: None, ..warm(params) }
 }
 
 /// CPU seconds (user + system) a process used so far, from /proc.
@@ -269,9 +269,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             // minutes (571k pixel/s in `bench params`, 444k later), while
             // the BLAS rates held: the ray-tracing points take the rate
             // measured now, by the same render as `bench params`, so they
-            // test the model and not the host's drift.
+            // test the model and not the host's drift; at this image's size.
             let (thesis_p, ext_p) = if case.model == App::Raytrace {
-                let now = crate::params_cmd::ray_rate(args.quick)?;
+                let now = crate::params_cmd::ray_rate(case.n as u32, args.quick)?;
                 eprintln!("ray rate now {now:.0} pixel/s (parameter file {:.0})", params.ray_rate());
                 let p = Params { ray_pixel_rate: Some(now), ..params.clone() };
                 (thesis_params(&p), warm(&p))

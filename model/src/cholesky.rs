@@ -36,7 +36,7 @@ pub fn diag_task(t: &Primitives, j: u64) -> TaskCost {
     let jf = j as f64;
     TaskCost {
         disk: jf * t.tdget + t.tdput,
-        net: (jf + 1.0) * t.tcom,
+        net: jf * t.tcom_read + t.tcom,
         comp: (jf - 1.0) * (t.tdiag_update + t.tsub()) + t.tchol,
         put: t.tdput + t.tcom,
         at_slave: jf * t.tcom_at_slave,
@@ -49,7 +49,7 @@ pub fn off_task(t: &Primitives, j: u64) -> TaskCost {
     let jf = j as f64;
     TaskCost {
         disk: 2.0 * jf * t.tdget + t.tdput,
-        net: (2.0 * jf + 1.0) * t.tcom,
+        net: 2.0 * jf * t.tcom_read + t.tcom,
         comp: (jf - 1.0) * ops(t) + t.tsolve,
         put: t.tdput + t.tcom,
         at_slave: 2.0 * jf * t.tcom_at_slave,
@@ -133,7 +133,7 @@ pub fn with_caching(t: &Primitives, caching: CholeskyCaching, p: u64, n: u64, b:
         return *t;
     }
     let tdget = (n2 * t.tdget_cached + n3 * t.tdget) / (n2 + n3);
-    Primitives { tdget, tget: tdget + t.tcom, ..*t }
+    Primitives { tdget, tget: tdget + t.tcom_read, ..*t }
 }
 
 /// `T₁` with cached reads (3.26).

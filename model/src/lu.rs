@@ -24,7 +24,7 @@ fn ops(t: &Primitives) -> f64 {
 fn task(t: &Primitives, gets: f64, puts: f64, comp: f64) -> TaskCost {
     TaskCost {
         disk: gets * t.tdget + puts * t.tdput,
-        net: (gets + puts) * t.tcom,
+        net: gets * t.tcom_read + puts * t.tcom,
         comp,
         put: puts * (t.tdput + t.tcom),
         at_slave: gets * t.tcom_at_slave,

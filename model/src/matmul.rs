@@ -120,7 +120,7 @@ pub fn steps(t: &Primitives, p: u64, b: u64, options: &Options) -> Vec<Step> {
     let tasks = pf * pf;
     let cost = TaskCost {
         disk: (rc.n3 * t.tdget + rc.n2 * t.tdget_cached) / tasks + t.tdput,
-        net: (rc.n2 + rc.n3) / tasks * t.tcom + t.tcom,
+        net: (rc.n2 + rc.n3) / tasks * t.tcom_read + t.tcom,
         comp: pf * (t.tmult + t.tadd),
         put: t.tdput + t.tcom,
         at_slave: (rc.n2 + rc.n3) / tasks * t.tcom_at_slave,

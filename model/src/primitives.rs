@@ -25,10 +25,15 @@ pub struct Primitives {
     pub tdput_over: f64,
     /// Network part of moving one block between store and slave.
     pub tcom: f64,
-    /// Of a read's `tcom`, what the slave does itself and the store node
-    /// does not serialise: `tcom` with [`Options::slave_reads`], else 0.
+    /// Network part of a read: `tcom`, or with [`Options::slave_reads`]
+    /// the slave's own read of the version file (`Params::local_get`, if
+    /// measured).
+    pub tcom_read: f64,
+    /// Of a read's `tcom_read`, what the slave does itself and the store
+    /// node does not serialise: `tcom_read` with [`Options::slave_reads`],
+    /// else 0.
     pub tcom_at_slave: f64,
-    /// `tget = 8b₁b₂(1/Dget + 1/C)` (4.3, 5.22).
+    /// `tget = 8b₁b₂(1/Dget + 1/C)` (4.3, 5.22), with `tcom_read` for `1/C`.
     pub tget: f64,
     /// A read served from the store node's memory: `tdget_cached + tcom`.
     pub tget_cached: f64,
@@ -75,6 +80,10 @@ impl Primitives {
         } else {
             params.network.cost(bytes)
         };
+        let tcom_read = match params.local_get {
+            Some(local) if options.slave_reads && !options.use_bsp => local.cost(bytes),
+            _ => tcom,
+        };
         let tdget = params.disk_get.cost(bytes);
         let tdget_cached = params.disk_get_cached.map_or(0.0, |d| d.cost(bytes));
         let tdput = if options.cached_puts {
@@ -99,9 +108,10 @@ impl Primitives {
             tdput,
             tdput_over,
             tcom,
-            tcom_at_slave: if options.slave_reads { tcom } else { 0.0 },
-            tget: tdget + tcom,
-            tget_cached: tdget_cached + tcom,
+            tcom_read,
+            tcom_at_slave: if options.slave_reads { tcom_read } else { 0.0 },
+            tget: tdget + tcom_read,
+            tget_cached: tdget_cached + tcom_read,
             tput: tdput + tcom,
             tmult: params.kernel_time(Kernel::Multiply, 2.0 * x * x * y),
             tadd: params.add_rate().cost(x * y),
@@ -206,6 +216,27 @@ mod tests {
         params.kernels = None;
         let half = Primitives::square(&params, 512, &Options { diagonal_syrk: true, ..Options::default() }).unwrap();
         assert!((half.tdiag_update - half.tmult / 2.0).abs() < 1e-12);
+    }
+
+    /// A slave on the store node's machine reads a block itself: with the
+    /// measured local read, reads stop paying `C`; puts still do.
+    #[test]
+    fn local_reads_replace_the_network_for_reads_only() {
+        let mut params = Params::thesis_fast();
+        params.local_get = Some(crate::Piecewise::new(1e9, 0.0));
+        let bytes = 8.0 * 300.0 * 300.0;
+        let local = Options { slave_reads: true, ..Options::default() };
+        let t = Primitives::square(&params, 300, &local).unwrap();
+        assert!((t.tcom_read - bytes / 1e9).abs() < 1e-12);
+        assert_eq!((t.tcom_at_slave, t.tget), (t.tcom_read, t.tdget + t.tcom_read));
+        assert_eq!(t.tput, t.tdput + t.tcom);
+        assert!(t.tcom > 10.0 * t.tcom_read);
+        // Without slave reads (or without the parameter) reads pay C.
+        let remote = Primitives::square(&params, 300, &Options::default()).unwrap();
+        assert_eq!((remote.tcom_read, remote.tcom_at_slave), (remote.tcom, 0.0));
+        params.local_get = None;
+        let unmeasured = Primitives::square(&params, 300, &local).unwrap();
+        assert_eq!(unmeasured.tcom_read, unmeasured.tcom);
     }
 
     #[test]

@@ -506,6 +506,39 @@ mod tests {
     }
 
     #[test]
+    fn a_version_written_in_pieces_reads_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = BlockFiles::open(dir.path()).unwrap();
+        let old = files.write(&[9u8; 64]).unwrap();
+        files.retire(&[old]);
+        // Pieces out of order into the longer recycled file: the finish
+        // cuts it to the value's length.
+        let staging = files.stage(40).unwrap();
+        assert_eq!(staging.version(), old, "the recycled file is reused");
+        staging.write_at(&[2u8; 20], 20).unwrap();
+        staging.write_at(&[1u8; 20], 0).unwrap();
+        staging.finish().unwrap();
+        let mut want = vec![1u8; 20];
+        want.extend([2u8; 20]);
+        assert_eq!(files.read(old).unwrap(), Some(want));
+        // An abandoned staging is kept for reuse, a failed one removed.
+        let abandoned = files.stage(8).unwrap();
+        let v = abandoned.version();
+        files.abandon(abandoned);
+        assert!(files.recycled.lock().unwrap().files.iter().any(|&(r, _)| r == v));
+        let other = files.write(&[5u8; 8]).unwrap();
+        files.retire(&[other]);
+        let failing = files.stage(8).unwrap();
+        let taken = failing.version();
+        assert_eq!(taken, other, "a recycled file of the value's length first");
+        let e = files.failed(failing, std::io::Error::from_raw_os_error(28));
+        assert!(matches!(e, StoreError::StorageFull { .. }), "{e}");
+        assert_eq!(files.read(taken).unwrap(), None);
+        assert!(files.recycled.lock().unwrap().files.is_empty(), "a full disk gives the recycled space back");
+        assert_eq!(files.read(v).unwrap(), None);
+    }
+
+    #[test]
     fn the_byte_cap_bounds_the_recycled_versions() {
         let mut r = Recycled::default();
         assert!(r.keep(Uuid::new_v4(), RECYCLED_BYTES - 1));

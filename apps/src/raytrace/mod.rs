@@ -111,6 +111,16 @@ pub fn render(p: &RenderParams) -> Result<Vec<u8>, PlanError> {
     Ok(scene::balls(p.level).render_rows(p.width, p.height, p.samples, 0, p.height - 1))
 }
 
+/// Renders scanlines `first..=last` of the image alone, as a task of a
+/// grain of those rows does (RGB8, top row first).
+pub fn render_rows(p: &RenderParams, first: u32, last: u32) -> Result<Vec<u8>, PlanError> {
+    p.check()?;
+    if first > last || last >= p.height {
+        return Err(PlanError::BadImage { reason: format!("scanlines {first}..={last} of {}", p.height) });
+    }
+    Ok(scene::balls(p.level).render_rows(p.width, p.height, p.samples, first, last))
+}
+
 /// Gathers the grains of a finished job into one RGB8 image.
 pub fn assemble<S: BlockSource>(src: &mut S, job: uuid::Uuid, p: &RenderParams) -> Result<Vec<u8>, VerifyError<S::Error>> {
     p.check().map_err(|e| VerifyError::Shape(e.to_string()))?;

@@ -53,3 +53,13 @@ fn bad_parameters_are_refused() {
     let t = job::encode_task(&GrainTask { first: 4, last: 8 });
     assert!(matches!(crate::job::run_task(&spec, &t, 0, &mut ctx), Err(TaskError::BadTask { .. })));
 }
+
+#[test]
+fn rows_rendered_alone_are_those_rows_of_the_image() {
+    let p = RenderParams { level: 2, width: 40, height: 30, grain: 30, samples: 2 };
+    let whole = render(&p).unwrap();
+    let row = 3 * p.width as usize;
+    assert_eq!(render_rows(&p, 7, 12).unwrap(), whole[7 * row..13 * row]);
+    assert!(render_rows(&p, 12, 7).is_err());
+    assert!(render_rows(&p, 0, 30).is_err());
+}
