@@ -68,24 +68,59 @@ fn overwriting(t: &Primitives, c: TaskCost) -> TaskCost {
     TaskCost { disk: c.disk - saved, put: c.put - saved, ..c }
 }
 
+/// Replaced block versions a store node keeps for its next puts to write
+/// into (`store/src/files.rs`: at most 64 files and 256 MiB).
+pub const RECYCLED_FILES: u64 = 64;
+/// See [`RECYCLED_FILES`].
+pub const RECYCLED_BYTES: f64 = 256.0 * 1024.0 * 1024.0;
+
+/// How many replaced versions of `b×b` blocks the store keeps at most.
+pub fn recycled_capacity(b: u64) -> u64 {
+    // A version file is the payload and a 32-byte header.
+    let file = ELEMENT_BYTES * (b * b) as f64 + 32.0;
+    RECYCLED_FILES.min((RECYCLED_BYTES / file).floor() as u64)
+}
+
 /// The `3p−1` barrier steps of this implementation without pivoting
 /// ([`Options::lu_parallel_solves`]): multiply (`p−k+1` tasks), factor the
 /// diagonal block (one task: a read, `tlu`, a write), solve (`p−k` tasks
 /// below the diagonal and `p−k` right of it). The multiply writes each
 /// `X(i,k)` first; the factor and the solves below the diagonal write over
 /// it in place (`tdput_over`); the solves right of it write `U(k,j)` first.
-pub fn steps_parallel_solves(t: &Primitives, p: u64) -> Vec<Step> {
+///
+/// Extension: the store keeps each version an in-place write replaces, up
+/// to `recycled` of them ([`recycled_capacity`]; 0: none), and writes the
+/// next new blocks into them at the overwrite rate. Here a step's new
+/// blocks take the versions kept when the step starts, and the versions
+/// its in-place writes replace are kept for the later steps: for p = 4, 9
+/// of the 16 new blocks (the first multiply's 4 find none).
+pub fn steps_parallel_solves(t: &Primitives, p: u64, recycled: u64) -> Vec<Step> {
     let mut steps = Vec::new();
+    let mut kept = 0u64;
+    // `count` tasks writing a new block each, as many as there are kept
+    // versions at the overwrite rate.
+    let new_blocks = |step: &mut Step, count: u64, cost: TaskCost, kept: &mut u64| {
+        let into_kept = count.min(*kept);
+        *kept -= into_kept;
+        if into_kept > 0 {
+            step.push(into_kept, overwriting(t, cost));
+        }
+        if count > into_kept {
+            step.push(count - into_kept, cost);
+        }
+    };
     for k in 1..=p {
         let mut mult = Step::default();
-        mult.push(p - k + 1, multiply_task(t, k));
+        new_blocks(&mut mult, p - k + 1, multiply_task(t, k), &mut kept);
         steps.push(mult);
         steps.push(Step::single(overwriting(t, task(t, 1.0, 1.0, t.tlu))));
+        kept = (kept + 1).min(recycled);
         if k < p {
             let mut solve = Step::default();
             solve.push(p - k, overwriting(t, solve_l_task(t)));
             let u = solve_task(t, k);
-            solve.push(p - k, TaskCost { comp: u.comp - t.tsolve + t.tsolve_lu, ..u });
+            new_blocks(&mut solve, p - k, TaskCost { comp: u.comp - t.tsolve + t.tsolve_lu, ..u }, &mut kept);
+            kept = (kept + p - k).min(recycled);
             steps.push(solve);
         }
     }
@@ -279,7 +314,8 @@ mod tests {
 
     /// The factor and the solves below the diagonal write over the
     /// multiply's `X(i,k)`: `p + p(p−1)/2` overwrites, each saving
-    /// `tdput − tdput_over` of the store's disk time, and nothing else.
+    /// `tdput − tdput_over` of the store's disk time, and nothing else
+    /// when the store keeps no replaced versions.
     #[test]
     fn in_place_writes_are_charged_as_overwrites() {
         let base = Params::thesis_fast();
@@ -291,11 +327,29 @@ mod tests {
             let over = Primitives::square(&faster, b, &opts).unwrap();
             assert!(over.overwrite_saving() > 0.0);
             let n_over = (p + p * (p - 1) / 2) as f64;
-            let want = disk(&steps_parallel_solves(&plain, p)) - n_over * over.overwrite_saving();
-            let got = disk(&steps_parallel_solves(&over, p));
+            let want = disk(&steps_parallel_solves(&plain, p, 0)) - n_over * over.overwrite_saving();
+            let got = disk(&steps_parallel_solves(&over, p, 0));
             assert!((got - want).abs() < 1e-9 * want, "p = {p}: {got} vs {want}");
             // The source's decomposition (the factor writes the L blocks) is not this one.
             assert_eq!(disk(&steps(&over, p, false)), disk(&steps(&plain, p, false)));
         }
+    }
+
+    /// Replaced versions kept by the store take new blocks of later steps:
+    /// for p = 4, 9 of the 16 new blocks (worked through in the doc of
+    /// [`steps_parallel_solves`]); fewer with a smaller store capacity.
+    #[test]
+    fn new_blocks_go_into_the_versions_in_place_writes_replaced() {
+        let base = Params::thesis_fast();
+        let faster = Params { disk_put_overwrite: Some(Piecewise::new(base.disk_put.bandwidth * 3.0, 0.0)), ..base.clone() };
+        let t = Primitives::square(&faster, 300, &Options::default()).unwrap();
+        let saved = |recycled: u64| (disk(&steps_parallel_solves(&t, 4, 0)) - disk(&steps_parallel_solves(&t, 4, recycled))) / t.overwrite_saving();
+        assert!((saved(64) - 9.0).abs() < 1e-9, "{}", saved(64));
+        assert!(saved(1) > 0.0 && saved(1) < 9.0, "{}", saved(1));
+        // The tasks are the same, only their writes' cost moves.
+        let count = |st: &[Step]| st.iter().map(Step::n_tasks).sum::<u64>();
+        assert_eq!(count(&steps_parallel_solves(&t, 4, 64)), count(&steps_parallel_solves(&t, 4, 0)));
+        assert_eq!(recycled_capacity(1024), 31);
+        assert_eq!(recycled_capacity(256), 64);
     }
 }

@@ -158,7 +158,7 @@ fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown:
     }
     let shape = match app {
         App::Matmul => Shape::Steps(matmul::steps(&t, p, b, options)),
-        App::Lu { pivot: false } if options.lu_parallel_solves => Shape::Steps(lu::steps_parallel_solves(&t, p)),
+        App::Lu { pivot: false } if options.lu_parallel_solves => Shape::Steps(lu::steps_parallel_solves(&t, p, lu::recycled_capacity(b))),
         App::Lu { pivot } => Shape::Steps(lu::steps(&t, p, pivot)),
         App::Cholesky(v @ (Variant::MultiStep1 | Variant::MultiStep2)) => Shape::Steps(cholesky::steps(&t, p, v)),
         App::Cholesky(v) => {
