@@ -298,6 +298,12 @@ impl KernelSweep {
     }
 }
 
+/// The kernels timed again at one block size, as `bench validate` does
+/// before each job: the fastest of two short passes.
+pub(crate) fn kernels_now(b: usize, quick: bool) -> model::KernelCurves {
+    sweep_kernels_best_of(&[b], if quick { 0.03 } else { 0.1 }, 2).curves()
+}
+
 /// The kernel sweep `passes` times over; each size keeps its fastest pass.
 /// Another process on a shared machine only ever slows a kernel down, and
 /// one disturbed pass moved single sizes by 40 % here (b = 256 gemm: 29

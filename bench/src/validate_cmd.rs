@@ -25,6 +25,11 @@
 //!   (`Options::lu_parallel_solves`); kernels take their measured times by
 //!   size (`Params::kernels`, LU's dtrsm variants included).
 //!
+//! Right before each point the rates its work runs at are measured again
+//! with `bench params`' own code (the ray rate; the kernels at the point's
+//! block size), since this host's rates drift between runs; everything
+//! else comes from the parameter file.
+//!
 //! The error is `(predicted − measured) / measured`; the target is 10 %
 //! for every point (issue 6).
 
@@ -240,10 +245,11 @@ fn load_params(path: &PathBuf) -> anyhow::Result<Params> {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    // The kernels are timed again here, on one thread as a slave runs them.
+    apps::kernels::set_blas_threads(1);
     let params = load_params(&args.params)?;
     eprintln!("parameters: {} ({})", args.params.display(), params.name);
     let cores = args.cores.unwrap_or_else(this_machine_cores);
-    let thesis_p = thesis_params(&params);
     let ext_p = warm(&params);
     let thesis_opts = |s: u64| Options::with_slaves(s);
     let ext_opts_for = |app: App, s: u64| implementation_options(app, s, cores);
@@ -265,18 +271,29 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     for case in &cases {
         for &b in &case.blocks {
             create_inputs(&cluster, case, b)?;
-            // This host's ray rate drifted by a quarter within twenty
-            // minutes (571k pixel/s in `bench params`, 444k later), while
-            // the BLAS rates held: the ray-tracing points take the rate
-            // measured now, by the same render as `bench params`, so they
-            // test the model and not the host's drift; at this image's size.
+            // This host's rates drift: the ray rate by a quarter within
+            // twenty minutes (571k pixel/s in `bench params`, 444k later),
+            // dgemm at b = 256 by a tenth (42.9 and 47.0 Gflop/s in two
+            // `bench params` runs 25 minutes apart). So each point takes
+            // the rates its work runs at, measured now by `bench params`'
+            // own code: the ray rate at this image's size, the kernels at
+            // this block size (over the file's points of that size). The
+            // points then test the model, not the host's drift.
             let (thesis_p, ext_p) = if case.model == App::Raytrace {
                 let now = crate::params_cmd::ray_rate(case.n as u32, args.quick)?;
                 eprintln!("ray rate now {now:.0} pixel/s (parameter file {:.0})", params.ray_rate());
                 let p = Params { ray_pixel_rate: Some(now), ..params.clone() };
                 (thesis_params(&p), warm(&p))
             } else {
-                (thesis_p.clone(), ext_p.clone())
+                let now = crate::params_cmd::kernels_now(b as usize, args.quick);
+                let rate = |c: &model::KernelCurves| {
+                    let flop = 2.0 * (b as f64).powi(3);
+                    c.multiply.iter().find(|p| (p[0] - flop).abs() < 1e-6 * flop).map_or(f64::NAN, |p| flop / p[1] / 1e9)
+                };
+                let file = params.kernels.clone().unwrap_or_default();
+                eprintln!("kernels now at b = {b}: gemm {:.1} Gflop/s (parameter file {:.1})", rate(&now), rate(&file));
+                let p = Params { kernels: Some(file.with_points_of(&now)), ..params.clone() };
+                (thesis_params(&p), warm(&p))
             };
             for s in [1u64, 2] {
                 while (cluster.slave_pids().len() as u64) < s {

@@ -71,6 +71,27 @@ impl KernelCurves {
         }
     }
 
+    /// These curves with `newer`'s points in them: a point of `newer` at a
+    /// flop count of these replaces it, others go in in order. (`bench
+    /// validate` times the kernels again at a job's block size just
+    /// before it runs, the host's rates drift.)
+    pub fn with_points_of(&self, newer: &KernelCurves) -> KernelCurves {
+        let merge = |old: &[[f64; 2]], new: &[[f64; 2]]| {
+            let mut out: Vec<[f64; 2]> = old.iter().filter(|o| !new.iter().any(|n| same_flop(n[0], o[0]))).copied().collect();
+            out.extend_from_slice(new);
+            out.sort_by(|a, b| a[0].total_cmp(&b[0]));
+            out
+        };
+        KernelCurves {
+            multiply: merge(&self.multiply, &newer.multiply),
+            solve: merge(&self.solve, &newer.solve),
+            factor: merge(&self.factor, &newer.factor),
+            lu: merge(&self.lu, &newer.lu),
+            syrk: merge(&self.syrk, &newer.syrk),
+            lu_solve: merge(&self.lu_solve, &newer.lu_solve),
+        }
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ParamsError> {
         for (name, k) in [
             ("multiply", Kernel::Multiply),
@@ -96,6 +117,11 @@ impl KernelCurves {
         }
         Ok(())
     }
+}
+
+/// Flop counts of one block size, computed the same way twice.
+fn same_flop(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
 }
 
 /// Seconds for `flop` on a validated, non-empty curve.
@@ -130,6 +156,16 @@ mod tests {
         assert!((interpolate(&c, 128e6) - 3.2e-3).abs() < 1e-15);
         // Below the first: its rate (1e10 flop/s).
         assert!((interpolate(&c, 5e5) - 5e-5).abs() < 1e-15);
+    }
+
+    #[test]
+    fn newer_points_replace_those_of_their_size_and_others_stay() {
+        let file = KernelCurves { multiply: vec![[1e6, 1e-4], [8e6, 4e-4]], solve: vec![[1e6, 2e-4]], ..KernelCurves::default() };
+        let now = KernelCurves { multiply: vec![[8e6, 3e-4], [2e6, 1.5e-4]], ..KernelCurves::default() };
+        let merged = file.with_points_of(&now);
+        assert_eq!(merged.multiply, vec![[1e6, 1e-4], [2e6, 1.5e-4], [8e6, 3e-4]]);
+        assert_eq!(merged.solve, file.solve);
+        assert!(merged.validate().is_ok());
     }
 
     #[test]
