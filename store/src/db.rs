@@ -182,6 +182,7 @@ impl Db {
                 queue.push((bag, seq, payload.to_vec(), attempts));
             }
         }
+        self.files.room_for_batch()?;
         self.db.write_opt(batch, &synced()).map_err(storage_error)?;
         Ok(Recovered { boot, queue, n_garbage_versions })
     }
@@ -207,6 +208,7 @@ impl Db {
         let mut batch = WriteBatch::default();
         batch.put(matrix_key(id), record);
         batch.put(name_key(name), id.as_bytes());
+        self.files.room_for_batch()?;
         self.db.write_opt(batch, &synced()).map_err(storage_error)
     }
 
@@ -237,6 +239,7 @@ impl Db {
         }
         batch.delete(matrix_key(id));
         batch.delete(name_key(name));
+        self.files.room_for_batch()?;
         self.db.write_opt(batch, &synced()).map_err(storage_error)?;
         self.files.remove(&versions);
         Ok(())
@@ -298,6 +301,7 @@ impl Db {
         }
         let mut batch = WriteBatch::default();
         queue_batch(&mut batch, queue);
+        self.files.room_for_batch()?;
         self.db.write_opt(batch, &synced()).map_err(storage_error)
     }
 
@@ -351,7 +355,10 @@ fn run_committer(db: &DB, files: &BlockFiles, jobs: mpsc::Receiver<CommitJob>) {
             continue;
         }
         // The new versions' directory entries before the pointers to them.
-        let result = files.sync_dir_if_needed().and_then(|()| db.write_opt(batch, &synced()).map_err(storage_error));
+        let result = files
+            .room_for_batch()
+            .and_then(|()| files.sync_dir_if_needed())
+            .and_then(|()| db.write_opt(batch, &synced()).map_err(storage_error));
         if result.is_ok() {
             files.retire(&replaced);
         }

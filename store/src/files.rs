@@ -62,6 +62,18 @@ pub(crate) const RECYCLED_FILES: usize = 64;
 /// 8 of b = 2048); beyond either, a replaced version is unlinked.
 pub(crate) const RECYCLED_BYTES: u64 = 256 << 20;
 
+/// Free space a block put must leave on the disk, for RocksDB: its WAL and
+/// the memtable flushes behind it. (Debian's RocksDB 7.8.3 aborts the whole
+/// node on an assertion when a synced WAL write fails for want of space:
+/// `WritableFileWriter::AssertFalseAndGetStatusForPrevError`, found by
+/// `store/tests/full_disk.rs`. So the node refuses a put, with
+/// `StorageFull`, before the disk gets that full.)
+pub(crate) const RESERVE_FOR_PUTS: u64 = 16 << 20;
+/// Free space a synced RocksDB batch needs, else it is refused with
+/// `StorageFull` rather than written: other files may have taken the space
+/// the puts left.
+pub(crate) const RESERVE_FOR_BATCHES: u64 = 1 << 20;
+
 /// Replaced versions whose files the next puts overwrite.
 #[derive(Default)]
 struct Recycled {
@@ -195,8 +207,19 @@ impl BlockFiles {
 
     /// The file a new version of `len` bytes is written into: a recycled
     /// version's (one of that length if there is one: its overwrite
-    /// changes no metadata), else a spare, else a new file.
+    /// changes no metadata), else a spare, else a new file. `StorageFull`
+    /// if writing it would leave less than [`RESERVE_FOR_PUTS`] free (after
+    /// giving the recycled versions' space back).
     pub(crate) fn stage(&self, len: u64) -> Result<Staging, StoreError> {
+        let reusable = self.recycled.lock().unwrap_or_else(|e| e.into_inner()).files.iter().any(|&(_, l)| l == len);
+        if !reusable {
+            let room = |files: &Self| files.free_bytes().map_or(true, |free| free >= len + RESERVE_FOR_PUTS);
+            if !room(self) && (self.release_recycled() == 0 || !room(self)) {
+                return Err(StoreError::StorageFull {
+                    what: format!("a block version of {len} bytes would leave less than {} MiB free for the store's log", RESERVE_FOR_PUTS >> 20),
+                });
+            }
+        }
         let recycled = self.recycled.lock().unwrap_or_else(|e| e.into_inner()).take(len);
         if let Some((version, was)) = recycled {
             let path = self.path(version);
@@ -229,6 +252,37 @@ impl BlockFiles {
         };
         let file = opened.map_err(|e| io_error(e, || format!("creating block version {version}")))?;
         Ok(Staging { version, file, len, was: 0 })
+    }
+
+    /// Bytes free for this process on the blocks' filesystem.
+    pub(crate) fn free_bytes(&self) -> std::io::Result<u64> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(self.dir.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+        // SAFETY: `path` is a valid C string and `stat` a properly sized
+        // out-parameter for the call's duration.
+        let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(stat.f_bavail as u64 * stat.f_frsize as u64)
+    }
+
+    /// `StorageFull` unless [`RESERVE_FOR_BATCHES`] bytes are free: checked
+    /// before every synced RocksDB batch (see [`RESERVE_FOR_PUTS`]).
+    pub(crate) fn room_for_batch(&self) -> Result<(), StoreError> {
+        match self.free_bytes() {
+            Ok(free) if free < RESERVE_FOR_BATCHES => {
+                self.release_recycled();
+                match self.free_bytes() {
+                    Ok(free) if free < RESERVE_FOR_BATCHES => Err(StoreError::StorageFull {
+                        what: format!("{free} bytes free, less than the {} MiB a synced batch needs", RESERVE_FOR_BATCHES >> 20),
+                    }),
+                    _ => Ok(()),
+                }
+            }
+            // A filesystem that cannot say: let the write find out.
+            _ => Ok(()),
+        }
     }
 
     /// Gives back a staged file that will not be a version (its put was

@@ -84,6 +84,28 @@ async fn a_full_disk_refuses_puts_typed_and_loses_nothing() {
     for j in 0..committed {
         assert_eq!(client.read_block_committed(kept.id, 0, j).await.unwrap(), block(j), "block {j}");
     }
+    // A commit whose synced batch finds no room either (the rest of the
+    // disk taken by another file) is refused, typed, and the node recovers
+    // once there is room.
+    let filler = fs.path().join("filler");
+    let _ = Command::new("fallocate").args(["-l", "64M"]).arg(&filler).status();
+    let _ = std::fs::OpenOptions::new().append(true).open(&filler).and_then(|mut f| {
+        use std::io::Write;
+        let chunk = vec![1u8; 1 << 16];
+        while f.write_all(&chunk).is_ok() {}
+        f.sync_all()
+    });
+    let a = s.begin().await.unwrap();
+    a.write_small("note", &[7u8; 4096]).await.unwrap();
+    let e = a.commit().await.unwrap_err();
+    assert!(matches!(e, StoreError::StorageFull { .. }), "{e}");
+    let e = client.create_matrix("more", 256, 256, 256).await.unwrap_err();
+    assert!(matches!(e, StoreError::StorageFull { .. }), "{e}");
+    std::fs::remove_file(&filler).unwrap();
+    let a = s.begin().await.unwrap();
+    a.write_small("note", &[7u8; 4096]).await.unwrap();
+    a.commit().await.unwrap();
+    assert_eq!(client.peek_small("note").await.unwrap(), Some(vec![7u8; 4096]));
     // Freeing space lets puts through again, on the same node and session.
     client.delete_matrix(scratch.id).await.unwrap();
     for j in committed..committed + 4 {
