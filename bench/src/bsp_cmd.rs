@@ -136,10 +136,8 @@ fn print_probe(r: &probe::ProbeReport, net: &str) {
 }
 
 fn schedules_and_mpi(args: &Args, mpi_side: Vec<(probe::MpiLike, Vec<Value>)>) -> anyhow::Result<()> {
-
     // Schedules at the largest p.
     let pmax = *args.p.iter().max().context("no p")?;
-    let args = args;
     let mut latin = None;
     for sched in ["latin", "naive", "eager"] {
         let v = group(pmax, args, "exchange", &[("BSP_SCHEDULE", sched)])?;
@@ -205,8 +203,8 @@ fn worker(mode: &str, args: &Args) -> anyhow::Result<()> {
     let mut bsp = Bsp::from_env(Config::from_env()?)?;
     let reps = if args.quick { 5 } else { 20 };
     let out: Option<Value> = match mode {
-        "probe" => probe::probe(&mut bsp, &ProbeOpts::new(args.quick))?.map(|r| serde_json::to_value(r)).transpose()?,
-        "mpi-like" => probe::mpi_like(&mut bsp, args.words, reps)?.map(|r| serde_json::to_value(r)).transpose()?,
+        "probe" => probe::probe(&mut bsp, &ProbeOpts::new(args.quick))?.map(serde_json::to_value).transpose()?,
+        "mpi-like" => probe::mpi_like(&mut bsp, args.words, reps)?.map(serde_json::to_value).transpose()?,
         "exchange" => {
             let t = probe::exchange_time(&mut bsp, args.words, reps)?;
             (bsp.pid() == 0).then(|| serde_json::to_value(probe::Stat::of(&t))).transpose()?

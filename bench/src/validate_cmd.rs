@@ -241,7 +241,7 @@ fn remove_inputs(c: &Cluster, case: &Case, b: u64) {
 fn load_params(path: &PathBuf) -> anyhow::Result<Params> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading {} (write it with `bench params --out {}`)", path.display(), path.display()))?;
-    Ok(Params::from_toml_str(&text).with_context(|| format!("parameter file {}", path.display()))?)
+    Params::from_toml_str(&text).with_context(|| format!("parameter file {}", path.display()))
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {

@@ -107,9 +107,10 @@ impl Slaves {
     fn kill_one(&mut self) -> Option<u32> {
         let mut victim = self.running.remove(0);
         let pid = victim.id();
-        victim.kill().ok()?;
+        let killed = victim.kill();
+        // Reaped either way: a failed kill means it had already exited.
         let _ = victim.wait();
-        Some(pid)
+        killed.ok().map(|()| pid)
     }
 }
 

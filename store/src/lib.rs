@@ -23,7 +23,6 @@ mod keys;
 mod node;
 mod rpc;
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -194,10 +193,8 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
 }
 
 /// Resolves at [`Running::shutdown`], or when the `Running` is dropped.
-fn shutdown_signal(mut stopped: watch::Receiver<()>) -> impl Future<Output = ()> {
-    async move {
-        let _ = stopped.changed().await;
-    }
+async fn shutdown_signal(mut stopped: watch::Receiver<()>) {
+    let _ = stopped.changed().await;
 }
 
 /// Binds a Unix socket at `path` (a previous run's is removed first); on

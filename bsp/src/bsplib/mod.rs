@@ -585,7 +585,7 @@ impl Bsp {
         // 3. Data, destination by destination in schedule order.
         if let Some(w) = &self.wire {
             for &d in &order {
-                if !replies[d].is_empty() || !metas[d].as_ref().map_or(true, |m| m.payload.is_empty()) {
+                if !replies[d].is_empty() || !metas[d].as_ref().is_none_or(|m| m.payload.is_empty()) {
                     w.send(d, OutFrame::new(Kind::GetReply, step, 0, Vec::new(), Payload::Owned(std::mem::take(&mut replies[d]))))?;
                 }
                 if !self.cfg.early_data {
@@ -696,7 +696,7 @@ impl Bsp {
     fn merge_rows(&self, from: usize, b: &[u8], rows: &mut [Option<Vec<u32>>]) -> Result<()> {
         let n = self.n;
         let bad = || BspError::Protocol { from: format!("process {from}"), detail: "malformed count rows".into() };
-        if b.len() % ((n + 1) * 4) != 0 {
+        if !b.len().is_multiple_of((n + 1) * 4) {
             return Err(bad());
         }
         for chunk in b.chunks((n + 1) * 4) {

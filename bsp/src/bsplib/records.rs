@@ -97,7 +97,7 @@ pub(crate) fn parse(mut b: &[u8], from: usize) -> Result<Vec<Record<'_>>, BspErr
 }
 
 pub(crate) fn parse_getqs(b: &[u8], from: usize) -> Result<Vec<(u32, u64, u64)>, BspError> {
-    if b.len() % GETQ_LEN != 0 {
+    if !b.len().is_multiple_of(GETQ_LEN) {
         return Err(short(from, "get request"));
     }
     Ok(b.chunks(GETQ_LEN).map(|c| (u32_at(c), u64_at(&c[4..]), u64_at(&c[12..]))).collect())
