@@ -279,22 +279,21 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             // own code: the ray rate at this image's size, the kernels at
             // this block size (over the file's points of that size). The
             // points then test the model, not the host's drift.
-            let (thesis_p, ext_p) = if case.model == App::Raytrace {
-                let now = crate::params_cmd::ray_rate(case.n as u32, args.quick)?;
-                eprintln!("ray rate now {now:.0} pixel/s (parameter file {:.0})", params.ray_rate());
-                let p = Params { ray_pixel_rate: Some(now), ..params.clone() };
-                (thesis_params(&p), warm(&p))
+            let now = if case.model == App::Raytrace {
+                let rate = crate::params_cmd::ray_rate(case.n as u32, args.quick)?;
+                eprintln!("ray rate now {rate:.0} pixel/s (parameter file {:.0})", params.ray_rate());
+                Params { ray_pixel_rate: Some(rate), ..params.clone() }
             } else {
-                let now = crate::params_cmd::kernels_now(b as usize, args.quick);
-                let rate = |c: &model::KernelCurves| {
+                let kernels = crate::params_cmd::kernels_now(b as usize, args.quick);
+                let file = params.kernels.clone().unwrap_or_default();
+                let gemm = |c: &model::KernelCurves| {
                     let flop = 2.0 * (b as f64).powi(3);
                     c.multiply.iter().find(|p| (p[0] - flop).abs() < 1e-6 * flop).map_or(f64::NAN, |p| flop / p[1] / 1e9)
                 };
-                let file = params.kernels.clone().unwrap_or_default();
-                eprintln!("kernels now at b = {b}: gemm {:.1} Gflop/s (parameter file {:.1})", rate(&now), rate(&file));
-                let p = Params { kernels: Some(file.with_points_of(&now)), ..params.clone() };
-                (thesis_params(&p), warm(&p))
+                eprintln!("kernels now at b = {b}: gemm {:.1} Gflop/s (parameter file {:.1})", gemm(&kernels), gemm(&file));
+                Params { kernels: Some(file.with_points_of(&kernels)), ..params.clone() }
             };
+            let (thesis_p, ext_p) = (thesis_params(&now), warm(&now));
             for s in [1u64, 2] {
                 while (cluster.slave_pids().len() as u64) < s {
                     cluster.spawn_slave()?;

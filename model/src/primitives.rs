@@ -35,7 +35,7 @@ pub struct Primitives {
     pub tcom_at_slave: f64,
     /// `tget = 8b₁b₂(1/Dget + 1/C)` (4.3, 5.22), with `tcom_read` for `1/C`.
     pub tget: f64,
-    /// A read served from the store node's memory: `tdget_cached + tcom`.
+    /// A read served from the store node's memory: `tdget_cached + tcom_read`.
     pub tget_cached: f64,
     /// `tput = 8b₁b₂(1/Dput + 1/C)` (4.3, 5.22).
     pub tput: f64,

@@ -190,18 +190,21 @@ impl Node {
     /// failed and the connection is lost.
     pub(crate) async fn put_block_from(
         self: &Arc<Self>,
-        action: ActionId,
+        action: Option<ActionId>,
         key: BlockKey,
         header: BlockHeader,
         from: &mut (impl AsyncRead + Unpin),
     ) -> std::io::Result<Result<(), StoreError>> {
         let payload = header.payload_len() as u64;
-        let prepared = match self.prepare_put(action, key, &header).await {
-            Ok(()) => self.db.files().stage((HEADER_LEN as u64) + payload),
-            Err(e) => Err(e),
+        let prepared = match action {
+            None => Err(StoreError::InvalidArgument { what: "a block put needs an action".into() }),
+            Some(a) => match self.prepare_put(a, key, &header).await {
+                Ok(()) => self.db.files().stage((HEADER_LEN as u64) + payload).map(|staging| (a, staging)),
+                Err(e) => Err(e),
+            },
         };
-        let staging = match prepared {
-            Ok(staging) => staging,
+        let (action, staging) = match prepared {
+            Ok(prepared) => prepared,
             Err(e) => {
                 tokio::io::copy(&mut from.take(payload), &mut tokio::io::sink()).await?;
                 return Ok(Err(e));

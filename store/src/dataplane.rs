@@ -146,15 +146,7 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     return Err(ConnError::Refused(e.to_string()));
                 }
                 let header = BlockHeader { rows: req.rows, cols: req.cols, crc32c: req.crc32c };
-                let outcome = match action {
-                    Some(a) => node.put_block_from(a, key, header, &mut s).await?,
-                    None => {
-                        let payload = header.payload_len() as u64;
-                        tokio::io::copy(&mut (&mut s).take(payload), &mut tokio::io::sink()).await?;
-                        Err(StoreError::InvalidArgument { what: "a block put needs an action".into() })
-                    }
-                };
-                match outcome {
+                match node.put_block_from(action, key, header, &mut s).await? {
                     Ok(()) => s.write_all(&Reply { ok: true, len: 0 }.encode()).await?,
                     Err(e) => send_error(&mut s, &e).await?,
                 }

@@ -182,8 +182,7 @@ impl Db {
                 queue.push((bag, seq, payload.to_vec(), attempts));
             }
         }
-        self.files.room_for_batch()?;
-        self.db.write_opt(batch, &synced()).map_err(storage_error)?;
+        write_synced(&self.db, &self.files, batch)?;
         Ok(Recovered { boot, queue, n_garbage_versions })
     }
 
@@ -208,8 +207,7 @@ impl Db {
         let mut batch = WriteBatch::default();
         batch.put(matrix_key(id), record);
         batch.put(name_key(name), id.as_bytes());
-        self.files.room_for_batch()?;
-        self.db.write_opt(batch, &synced()).map_err(storage_error)
+        write_synced(&self.db, &self.files, batch)
     }
 
     pub(crate) fn matrix_records(&self) -> Result<Vec<Vec<u8>>, StoreError> {
@@ -239,8 +237,7 @@ impl Db {
         }
         batch.delete(matrix_key(id));
         batch.delete(name_key(name));
-        self.files.room_for_batch()?;
-        self.db.write_opt(batch, &synced()).map_err(storage_error)?;
+        write_synced(&self.db, &self.files, batch)?;
         self.files.remove(&versions);
         Ok(())
     }
@@ -301,8 +298,7 @@ impl Db {
         }
         let mut batch = WriteBatch::default();
         queue_batch(&mut batch, queue);
-        self.files.room_for_batch()?;
-        self.db.write_opt(batch, &synced()).map_err(storage_error)
+        write_synced(&self.db, &self.files, batch)
     }
 
     /// Flushes memtables to SST and blob files, so a restart replays no WAL.
@@ -317,6 +313,14 @@ impl Db {
         let value = self.read_version(version)?.ok_or_else(|| StoreError::NotFound { what: format!("{key:?}") })?;
         self.files.corrupt(version, value.len() / 2 + store_client::block::HEADER_LEN / 2)
     }
+}
+
+/// Writes `batch` synced, unless the disk is too full for RocksDB's log to
+/// take it safely ([`BlockFiles::room_for_batch`]): every synced write of
+/// the node goes through here.
+fn write_synced(db: &DB, files: &BlockFiles, batch: WriteBatch) -> Result<(), StoreError> {
+    files.room_for_batch()?;
+    db.write_opt(batch, &synced()).map_err(storage_error)
 }
 
 fn blocks_cf(db: &DB) -> &rocksdb::ColumnFamily {
@@ -355,10 +359,7 @@ fn run_committer(db: &DB, files: &BlockFiles, jobs: mpsc::Receiver<CommitJob>) {
             continue;
         }
         // The new versions' directory entries before the pointers to them.
-        let result = files
-            .room_for_batch()
-            .and_then(|()| files.sync_dir_if_needed())
-            .and_then(|()| db.write_opt(batch, &synced()).map_err(storage_error));
+        let result = files.sync_dir_if_needed().and_then(|()| write_synced(db, files, batch));
         if result.is_ok() {
             files.retire(&replaced);
         }

@@ -210,19 +210,18 @@ impl BlockFiles {
     /// The file a new version of `len` bytes is written into: a recycled
     /// version's (one of that length if there is one: its overwrite
     /// changes no metadata), else a spare, else a new file. `StorageFull`
-    /// if writing it would leave less than [`RESERVE_FOR_PUTS`] free (after
-    /// giving the recycled versions' space back).
+    /// if the bytes it adds would leave less than [`RESERVE_FOR_PUTS`] free.
     pub(crate) fn stage(&self, len: u64) -> Result<Staging, StoreError> {
-        let reusable = self.recycled.lock().unwrap_or_else(|e| e.into_inner()).files.iter().any(|&(_, l)| l == len);
-        if !reusable {
-            let room = |files: &Self| files.free_bytes().map_or(true, |free| free >= len + RESERVE_FOR_PUTS);
-            if !room(self) && (self.release_recycled() == 0 || !room(self)) {
-                return Err(StoreError::StorageFull {
-                    what: format!("a block version of {len} bytes would leave less than {} MiB free for the store's log", RESERVE_FOR_PUTS >> 20),
-                });
+        let recycled = self.recycled.lock().unwrap_or_else(|e| e.into_inner()).take(len);
+        let adds = recycled.map_or(len, |(_, was)| len.saturating_sub(was));
+        if adds > 0 {
+            if let Err(e) = self.ensure_free(adds + RESERVE_FOR_PUTS, &format!("a block version of {len} bytes")) {
+                if let Some((version, _)) = recycled {
+                    self.retire(&[version]);
+                }
+                return Err(e);
             }
         }
-        let recycled = self.recycled.lock().unwrap_or_else(|e| e.into_inner()).take(len);
         if let Some((version, was)) = recycled {
             let path = self.path(version);
             return match OpenOptions::new().write(true).open(&path) {
@@ -272,19 +271,21 @@ impl BlockFiles {
     /// `StorageFull` unless [`RESERVE_FOR_BATCHES`] bytes are free: checked
     /// before every synced RocksDB batch (see [`RESERVE_FOR_PUTS`]).
     pub(crate) fn room_for_batch(&self) -> Result<(), StoreError> {
-        match self.free_bytes() {
-            Ok(free) if free < RESERVE_FOR_BATCHES => {
-                self.release_recycled();
-                match self.free_bytes() {
-                    Ok(free) if free < RESERVE_FOR_BATCHES => Err(StoreError::StorageFull {
-                        what: format!("{free} bytes free, less than the {} MiB a synced batch needs", RESERVE_FOR_BATCHES >> 20),
-                    }),
-                    _ => Ok(()),
-                }
-            }
-            // A filesystem that cannot say: let the write find out.
-            _ => Ok(()),
+        self.ensure_free(RESERVE_FOR_BATCHES, "a synced batch")
+    }
+
+    /// `StorageFull` unless `bytes` are free, once the recycled versions'
+    /// space is given back if that is short. A filesystem that cannot say
+    /// how much is free passes: the write finds out.
+    fn ensure_free(&self, bytes: u64, what: &str) -> Result<(), StoreError> {
+        let short = |files: &Self| files.free_bytes().ok().filter(|&free| free < bytes);
+        let Some(free) = short(self) else { return Ok(()) };
+        if self.release_recycled() > 0 && short(self).is_none() {
+            return Ok(());
         }
+        Err(StoreError::StorageFull {
+            what: format!("{what} needs {} MiB free (with the store's log reserve), {free} bytes are", bytes.div_ceil(1 << 20)),
+        })
     }
 
     /// Gives back a staged file that will not be a version (its put was
