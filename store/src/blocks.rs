@@ -322,7 +322,7 @@ async fn write_pieces(
         let at = offset;
         offset += buf.len() as u64;
         let write = move || {
-            let r = s.write_at(&buf, at).and_then(|()| if last { s.finish() } else { Ok(()) });
+            let r = if last { s.write_last_at(&buf, at) } else { s.write_at(&buf, at) };
             (s, buf, r)
         };
         if last && multi_threaded() {

@@ -165,6 +165,16 @@ impl Staging {
         Ok(())
     }
 
+    /// Writes the value's last `bytes` at `offset`, then finishes: no
+    /// writeback hint, as the sync right after it starts the writeback
+    /// anyway (a small block's only piece paid one more syscall for
+    /// nothing; no change above noise in `bench blocks`).
+    pub(crate) fn write_last_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(bytes, offset)?;
+        self.finish()
+    }
+
     /// Cuts a longer recycled file to the value's length and syncs the
     /// data: after this, the version survives a crash.
     pub(crate) fn finish(&self) -> std::io::Result<()> {
@@ -195,7 +205,7 @@ impl BlockFiles {
     pub(crate) fn write(&self, value: &[u8]) -> Result<Uuid, StoreError> {
         let once = || {
             let staging = self.stage(value.len() as u64)?;
-            match staging.write_at(value, 0).and_then(|()| staging.finish()) {
+            match staging.write_last_at(value, 0) {
                 Ok(()) => Ok(staging.version),
                 Err(e) => Err(self.failed(staging, e)),
             }
