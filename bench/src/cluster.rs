@@ -404,6 +404,27 @@ impl Drop for Cluster {
         }
         let _ = self.store.kill();
         let _ = self.store.wait();
+        keep_logs(self.dir.path());
+    }
+}
+
+/// With `FTBAG_KEEP_LOGS=DIR`, copies a cluster's process logs (store
+/// node, slaves) to a subdirectory of `DIR` before the cluster's directory
+/// goes: with `RUST_LOG=slave=debug`, each slave's timeline of its tasks
+/// (reads waited for, kernels, commits) for a benchmark's jobs.
+fn keep_logs(dir: &Path) {
+    let (Some(keep), Some(name)) = (std::env::var_os("FTBAG_KEEP_LOGS"), dir.file_name()) else { return };
+    let to = Path::new(&keep).join(name);
+    if let Err(e) = std::fs::create_dir_all(&to) {
+        tracing::warn!("FTBAG_KEEP_LOGS: creating {}: {e}", to.display());
+        return;
+    }
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.path().extension().is_some_and(|x| x == "log") {
+            if let Err(e) = std::fs::copy(entry.path(), to.join(entry.file_name())) {
+                tracing::warn!("FTBAG_KEEP_LOGS: copying {}: {e}", entry.path().display());
+            }
+        }
     }
 }
 

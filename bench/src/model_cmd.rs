@@ -75,12 +75,18 @@ pub(crate) struct Args {
     /// the source solved them in the factor step).
     #[arg(long)]
     lu_parallel_solves: bool,
+    /// Extension: the dag Cholesky's prediction is its run simulated task
+    /// by task (FIFO bag, write-behind endings, releases at commits), not
+    /// its lower bound.
+    #[arg(long)]
+    simulate_dag: bool,
     /// Store nodes.
     #[arg(long, default_value_t = 1)]
     store_nodes: u64,
     /// This implementation on this machine, as `bench validate` predicts
     /// it: --overlap (one block ahead, write-behind), --slave-reads,
-    /// --diagonal-syrk, and --cores (default: this machine's). Other
+    /// --diagonal-syrk, --lu-parallel-solves, --simulate-dag, and --cores
+    /// (default: this machine's). Other
     /// organisation flags are ignored with it.
     #[arg(long)]
     this_system: bool,
@@ -252,6 +258,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             slave_reads: args.slave_reads,
             diagonal_syrk: args.diagonal_syrk,
             lu_parallel_solves: args.lu_parallel_solves,
+            simulate_dag: args.simulate_dag,
             store_nodes: args.store_nodes,
             shared_cpu: args.cores.map(|cores| SharedCpu { cores, store_share: 1.0 }),
             use_bsp: args.bsp,

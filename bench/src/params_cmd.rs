@@ -443,6 +443,39 @@ async fn empty_tasks(session: &store_client::Session, bag: &str, n: usize, pause
     }
 }
 
+/// Dependency releases as a dag Cholesky task makes them after its
+/// kernels, from its blocking thread: each successor's counter read under
+/// its write lock (waited for) and written back behind (not waited for).
+/// Returns the time of each.
+async fn dag_releases(session: &store_client::Session, n: usize) -> anyhow::Result<Vec<f64>> {
+    let key = |k: usize| format!("bench-params/counter/{k}");
+    let a = session.begin().await?;
+    for k in 0..n {
+        a.write_small(&key(k), &2u32.to_le_bytes()).await?;
+    }
+    a.commit().await?;
+    let a = session.begin().await?;
+    let rt = tokio::runtime::Handle::current();
+    let (a, times) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let mut times = Vec::with_capacity(n);
+        let mut behind = Vec::with_capacity(n);
+        for k in 0..n {
+            let t = Instant::now();
+            let v = rt.block_on(a.read_small(&key(k), true))?;
+            anyhow::ensure!(v.as_deref() == Some(&2u32.to_le_bytes()[..]), "counter {k} read back as {v:?}");
+            behind.push(rt.spawn(a.write_small(&key(k), &1u32.to_le_bytes())));
+            times.push(t.elapsed().as_secs_f64());
+        }
+        for h in behind {
+            rt.block_on(h)??;
+        }
+        Ok((a, times))
+    })
+    .await??;
+    a.commit().await?;
+    Ok(times)
+}
+
 /// Everything measured through the store node and the loopback.
 struct StoreSweep {
     network: Vec<Point>,
@@ -454,6 +487,7 @@ struct StoreSweep {
     commit_small: f64,
     task_overhead: f64,
     task_wake: f64,
+    dag_release: f64,
 }
 
 /// Evicts every file under `dir` from the page cache (after syncing it):
@@ -574,6 +608,7 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     // after a kernel pay (task_wake).
     let mut after_idle = empty_tasks(&session, "bench-params/overhead-after-idle", n_tasks / 2, IDLE_BEFORE_TASK).await?;
     let task_wake = (median(&mut after_idle) - task_overhead).max(0.0);
+    let dag_release = median(&mut dag_releases(&session, n_tasks).await?);
 
     // Cached reads: a first pass warms the caches, the second is timed.
     let read_all = |client: Client, matrices: Vec<(usize, uuid::Uuid, u32)>| async move {
@@ -607,7 +642,7 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     let cold_get = read_all(client.clone(), matrices).await?;
     drop(client);
     node.shutdown().await?;
-    Ok(StoreSweep { network, hot_get, cold_get, put, put_over, commit_small, task_overhead, task_wake })
+    Ok(StoreSweep { network, hot_get, cold_get, put, put_over, commit_small, task_overhead, task_wake, dag_release })
 }
 
 /// The store's own part of a transfer: measured time minus the network
@@ -681,6 +716,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         st.task_wake * 1e3,
         IDLE_BEFORE_TASK
     );
+    eprintln!("dag dependency release (counter read under its lock, write behind) {:.3} ms", st.dag_release * 1e3);
 
     let lat = if args.no_job_latency { None } else { Some(latencies(args.quick)?) };
     if let Some(l) = &lat {
@@ -714,6 +750,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         ray_pixel_rate: Some(ray),
         task_overhead: Some(st.task_overhead),
         task_wake: Some(st.task_wake),
+        dag_release: Some(st.dag_release),
         job_latency: latency,
         slave_start: start,
         // Beside the fits: the kernels' rates keep rising with b over
@@ -744,6 +781,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     fig("params_local_get_threshold", local_get.threshold, "B");
     fig("params_task_overhead", st.task_overhead * 1e3, "ms");
     fig("params_task_wake", st.task_wake * 1e3, "ms");
+    fig("params_dag_release", st.dag_release * 1e3, "ms");
     fig("params_ray_pixel_rate", ray, "pixel/s");
     if let Some(l) = latency {
         fig("params_job_latency", l * 1e3, "ms");

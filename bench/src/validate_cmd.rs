@@ -121,6 +121,7 @@ pub(crate) fn implementation_options(app: App, s: u64, cores: u64) -> Options {
         slave_reads: true,
         diagonal_syrk: true,
         lu_parallel_solves: true,
+        simulate_dag: true,
         pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
         ..Options::with_slaves(s)
     }
@@ -141,7 +142,7 @@ pub(crate) fn warm(params: &Params) -> Params {
 /// The thesis's model with these parameters: no per-task overhead, no job
 /// latency, piecewise kernel rates.
 fn thesis_params(params: &Params) -> Params {
-    Params { task_overhead: None, task_wake: None, job_latency: None, kernels: None, disk_put_overwrite: None, local_get: None, ..warm(params) }
+    Params { task_overhead: None, task_wake: None, dag_release: None, job_latency: None, kernels: None, disk_put_overwrite: None, local_get: None, ..warm(params) }
 }
 
 /// CPU seconds (user + system) a process used so far, from /proc.

@@ -76,3 +76,26 @@ fn lu_volumes_are_the_tasks_reads_and_writes() {
         }
     }
 }
+
+/// The model's dag simulation releases the tasks the dag Cholesky's own
+/// code releases, in the same order, and waits for as many inputs.
+#[test]
+fn dag_successors_are_the_apps_own() {
+    for p in 1..9u32 {
+        for c in 0..p {
+            for r in c..p {
+                let apps: Vec<(u64, u64)> = apps::cholesky::successors(p, r, c).into_iter().map(|(i, j)| (i as u64, j as u64)).collect();
+                assert_eq!(model::cholesky::dag_successors(p as u64, r as u64, c as u64), apps, "p={p} ({r},{c})");
+            }
+        }
+        let t = model::Primitives::square(&Params::thesis_fast(), 100, &Options::default()).unwrap();
+        let tasks = model::cholesky::dag_tasks(&t, p as u64, model::schedule::Overlap::NONE, Default::default());
+        let mut k = 0;
+        for j in 0..p {
+            for i in j..p {
+                assert_eq!(tasks[k].inputs, apps::cholesky::n_deps(i, j), "p={p} ({i},{j})");
+                k += 1;
+            }
+        }
+    }
+}

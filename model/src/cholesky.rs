@@ -299,6 +299,74 @@ pub fn critical_path_overlapped(t: &Primitives, p: u64, ov: crate::schedule::Ove
     chain_of(t, p, &|c: &TaskCost| c.total() - hidden(c))
 }
 
+/// Per-task costs of the dag variant beyond its blocks and kernels, for
+/// [`dag_makespan`] (extension; from `Params::task_overhead` and
+/// `Params::task_wake`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DagOverhead {
+    /// Slave seconds of every task: its requests' round trips and the
+    /// wake-up of its compute thread.
+    pub slave: f64,
+    /// Store seconds of every task's ending: its synced commit.
+    pub ending: f64,
+    /// Slave seconds of each dependency the task releases (a counter read
+    /// under a write lock and written back).
+    pub release: f64,
+}
+
+/// The tasks `(i, j)` (0-based) that read `L(r, c)`, in the order a dag
+/// task releases them: column-major (`apps::cholesky::successors`).
+pub fn dag_successors(p: u64, r: u64, c: u64) -> Vec<(u64, u64)> {
+    let mut s: Vec<(u64, u64)> = if r == c {
+        (c + 1..p).map(|i| (i, c)).collect()
+    } else {
+        (c + 1..=r).map(|j| (r, j)).chain((r + 1..p).map(|i| (i, r))).collect()
+    };
+    s.sort_unstable_by_key(|&(i, j)| (j, i));
+    s
+}
+
+/// The dag variant's tasks for [`crate::simulate::makespan`], column-major
+/// (`(0,0)`, the only one without inputs, first). A task holds its slave
+/// for its kernels, the share of its reads the slave's prefetch does not
+/// hide (as on the critical path, [`critical_path_overlapped`]) and its
+/// requests, then releases its successors; its puts (with write-behind)
+/// and its commit are its ending.
+pub fn dag_tasks(t: &Primitives, p: u64, ov: crate::schedule::Overlap, o: DagOverhead) -> Vec<crate::simulate::SimTask> {
+    let mut at = std::collections::HashMap::new();
+    let mut order = Vec::new();
+    for j in 0..p {
+        for i in j..p {
+            at.insert((i, j), order.len());
+            order.push((i, j));
+        }
+    }
+    let behind = ov.slave && ov.write_behind;
+    let share = if ov.slave { ov.slave_share.clamp(0.0, 1.0) } else { 0.0 };
+    order
+        .iter()
+        .map(|&(i, j)| {
+            let c = if i == j { diag_task(t, j + 1) } else { off_task(t, j + 1) };
+            let successors: Vec<usize> = dag_successors(p, i, j).iter().map(|k| at[k]).collect();
+            let reads = c.io() - c.put;
+            let put = if behind { 0.0 } else { c.put };
+            crate::simulate::SimTask {
+                foreground: c.comp + reads - share * reads.min(c.comp) + put + o.slave,
+                release: o.release,
+                ending: c.put - put + o.ending,
+                inputs: if i == j { j as u32 } else { 2 * j as u32 + 1 },
+                successors,
+            }
+        })
+        .collect()
+}
+
+/// The dag variant run by `s` slaves from its FIFO bag, simulated
+/// ([`crate::simulate`]): the point prediction between its bounds.
+pub fn dag_makespan(t: &Primitives, p: u64, s: u64, ov: crate::schedule::Overlap, o: DagOverhead) -> f64 {
+    crate::simulate::makespan(&dag_tasks(t, p, ov, o), s, ov.store_nodes)
+}
+
 /// `chain_overhead`: seconds each task on the critical path pays beyond
 /// its blocks and kernels (its actions, commit and releases; extension):
 /// a successor starts only after its producer's commit.
@@ -342,6 +410,7 @@ pub(crate) fn graph_bounds(
 mod tests {
     use super::*;
     use crate::params::Params;
+    use crate::schedule::Overlap;
 
     fn prims() -> Primitives {
         Primitives::square(&Params::thesis_fast(), 300, &Options::default()).unwrap()
@@ -365,7 +434,6 @@ mod tests {
     /// reads, never its writes, and never below its compute chain.
     #[test]
     fn overlapped_critical_path_hides_reads_not_writes() {
-        use crate::schedule::Overlap;
         let t = prims();
         let (whole, comp) = critical_paths(&t, 4);
         let none = critical_path_overlapped(&t, 4, Overlap::NONE);
@@ -375,6 +443,64 @@ mod tests {
         assert!(comp < all && all < half && half < whole, "{comp} {all} {half} {whole}");
         // Each of the 7 tasks on the p=4 chain still pays its put.
         assert!(all >= comp + 7.0 * (t.tdput + t.tcom) - 1e-9, "{all}");
+    }
+
+    /// The dag's graph: every input is some task's successor, and the
+    /// releases are [`dag_releases`].
+    #[test]
+    fn dag_graph_counts_its_inputs() {
+        let t = prims();
+        for p in 1..10u64 {
+            let tasks = dag_tasks(&t, p, Overlap::NONE, DagOverhead::default());
+            assert_eq!(tasks.len() as u64, p * (p + 1) / 2);
+            let mut inputs = vec![0u32; tasks.len()];
+            for s in tasks.iter().flat_map(|t| &t.successors) {
+                inputs[*s] += 1;
+            }
+            assert_eq!(inputs, tasks.iter().map(|t| t.inputs).collect::<Vec<_>>(), "p={p}");
+            assert_eq!(tasks.iter().map(|t| t.successors.len() as u64).sum::<u64>(), dag_releases(p));
+        }
+    }
+
+    /// Without overlap and overheads the simulation meets the model's
+    /// closed forms: one slave runs `T₁`, unboundedly many the critical
+    /// path; in between it lies within the bounds.
+    #[test]
+    fn dag_simulation_meets_t1_and_the_critical_path() {
+        let t = prims();
+        for p in 1..9u64 {
+            let all = steps(&t, p, Variant::Dag).remove(0);
+            let t1 = all.t1(Overlap::NONE);
+            let one = dag_makespan(&t, p, 1, Overlap::NONE, DagOverhead::default());
+            assert!((one - t1).abs() <= 1e-9 * t1, "p={p}: {one} vs T1 {t1}");
+            let many = dag_makespan(&t, p, 1000, Overlap::NONE, DagOverhead::default());
+            let cp = critical_paths(&t, p).0;
+            assert!((many - cp).abs() <= 1e-9 * cp, "p={p}: {many} vs cp {cp}");
+            for s in 2..5 {
+                let b = graph_bounds(&t, p, &all, s, Overlap::NONE, Variant::Dag, 0.0);
+                let run = dag_makespan(&t, p, s, Overlap::NONE, DagOverhead::default());
+                assert!(b.lwr <= run * (1.0 + 1e-9) && run <= b.upr * (1.0 + 1e-9), "p={p} s={s}: {run} outside {b:?}");
+            }
+        }
+    }
+
+    /// With write-behind one slave pays the puts and commits its next task
+    /// waits for, and no more than all of them.
+    #[test]
+    fn write_behind_hides_only_the_endings_nobody_waits_for() {
+        let t = prims();
+        let ov = Overlap { slave: true, slave_share: 0.0, write_behind: true, ..Overlap::NONE };
+        let o = DagOverhead { slave: 0.0, ending: 0.01, release: 0.0 };
+        // p = 2 is a chain: every ending is waited for.
+        for p in 3..8u64 {
+            let tasks = dag_tasks(&t, p, ov, o);
+            let fg: f64 = tasks.iter().map(|k| k.foreground).sum();
+            let endings: f64 = tasks.iter().map(|k| k.ending).sum();
+            let run = dag_makespan(&t, p, 1, ov, o);
+            // (0,0)'s successors wait for it, and so does the last commit.
+            assert!(run >= fg + tasks[0].ending + tasks.last().unwrap().ending - 1e-9, "p={p}");
+            assert!(run < fg + endings, "p={p}: {run} hides nothing");
+        }
     }
 
     /// Multi-step(1) has 2p−1 steps, multi-step(2) p steps (the first

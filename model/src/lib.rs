@@ -60,6 +60,7 @@ mod primitives;
 pub mod raytrace;
 pub mod recovery;
 pub mod schedule;
+pub mod simulate;
 pub mod sweep;
 mod volumes;
 

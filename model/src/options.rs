@@ -116,6 +116,10 @@ pub struct Options {
     /// thesis suggests). The thesis's factor step solved them itself (B.1).
     #[serde(default)]
     pub lu_parallel_solves: bool,
+    /// The dag Cholesky's point prediction is its run simulated from the
+    /// tasks' costs ([`crate::cholesky::dag_makespan`]) within its bounds,
+    /// not its lower bound (extension).
+    pub simulate_dag: bool,
     /// `v`, the number of store nodes: divides the store's busy time in the
     /// lower bounds (§5.4) and adds buffers in the memory rules (5.7–5.17).
     pub store_nodes: u64,
@@ -154,6 +158,7 @@ impl Default for Options {
             slave_reads: false,
             diagonal_syrk: false,
             lu_parallel_solves: false,
+            simulate_dag: false,
             store_nodes: 1,
             shared_cpu: None,
             use_bsp: false,

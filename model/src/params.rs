@@ -165,6 +165,12 @@ pub struct Params {
     /// Absent: 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_wake: Option<f64>,
+    /// Extension: slave seconds of one dependency release of the dag
+    /// Cholesky (a successor's counter read under its write lock from the
+    /// task's thread, its new value written behind), measured by `bench
+    /// params`. Absent: [`crate::DAG_RELEASE_SHARE`] of `task_overhead`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dag_release: Option<f64>,
     /// Extension: seconds from a job's submission until its first task
     /// starts and after its last commit until the job is recorded finished
     /// (idle slaves poll for new jobs; the last slave writes the finished
@@ -235,6 +241,7 @@ impl Params {
             ray_pixel_rate: None,
             task_overhead: None,
             task_wake: None,
+            dag_release: None,
             job_latency: None,
             slave_start: None,
             kernels: None,
@@ -344,6 +351,7 @@ impl Params {
         for (name, v) in [
             ("task_overhead", self.task_overhead),
             ("task_wake", self.task_wake),
+            ("dag_release", self.dag_release),
             ("job_latency", self.job_latency),
             ("slave_start", self.slave_start),
         ] {

@@ -177,8 +177,9 @@ fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown:
 pub const TASK_OVERHEAD_STORE_SHARE: f64 = 0.5;
 
 /// Share of the per-task overhead one dependency release of the dag
-/// variant costs: a counter read under a write lock and its write, two of
-/// the four round trips (begin, dequeue, record, commit) of an empty task.
+/// variant costs when the parameter file has no `dag_release`: a counter
+/// read under a write lock and its write, two of the four round trips
+/// (begin, dequeue, record, commit) of an empty task.
 pub const DAG_RELEASE_SHARE: f64 = 0.5;
 
 /// Share of the per-task overhead a barrier costs beyond its last task's
@@ -192,8 +193,9 @@ pub const BARRIER_SHARE: f64 = 1.0;
 
 /// Adds `Params::task_overhead` to every task (extension; nothing when the
 /// parameter is absent) and `Params::task_wake` to its slave side, and to
-/// the dag's tasks their dependency releases at [`DAG_RELEASE_SHARE`] of
-/// the overhead each, spread evenly over the tasks. Each
+/// the dag's tasks their dependency releases (`Params::dag_release` each,
+/// or [`DAG_RELEASE_SHARE`] of the overhead), spread evenly over the
+/// tasks. Each
 /// task on the dag's critical path pays the same (a successor starts after
 /// its producer's commit). Every barrier step but the last pays its ending
 /// ([`Step::with_barrier`]; the last one's is in `Params::job_latency`).
@@ -216,10 +218,28 @@ fn with_overhead(shape: Shape, params: &Params, p: u64) -> Shape {
         }
         Shape::Graph(t, all, v, _) => {
             let releases = if v == Variant::Dag { cholesky::dag_releases(p) as f64 } else { 0.0 };
-            let per_task = releases / all.n_tasks().max(1) as f64 * DAG_RELEASE_SHARE * o;
+            let per_task = releases / all.n_tasks().max(1) as f64 * release_cost(params, o);
             Shape::Graph(t, add(&all, per_task), v, o + per_task + wake)
         }
     }
+}
+
+/// The per-task overheads of [`with_overhead`], as the dag simulation
+/// charges them: the slave's share of the round trips and its thread's
+/// wake-up, the store's share as the task's ending, each release apart.
+fn dag_overhead(params: &Params) -> cholesky::DagOverhead {
+    let Some(o) = params.task_overhead.filter(|&o| o > 0.0) else { return cholesky::DagOverhead::default() };
+    cholesky::DagOverhead {
+        slave: (1.0 - TASK_OVERHEAD_STORE_SHARE) * o + params.task_wake.unwrap_or(0.0).max(0.0),
+        ending: TASK_OVERHEAD_STORE_SHARE * o,
+        release: release_cost(params, o),
+    }
+}
+
+/// Seconds of one dependency release: measured, or a share of the
+/// per-task overhead `o`.
+fn release_cost(params: &Params, o: f64) -> f64 {
+    params.dag_release.unwrap_or(DAG_RELEASE_SHARE * o)
 }
 
 impl Shape {
@@ -352,7 +372,19 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
         Bounds { lwr: t_inf.lwr + latency, upr: t_inf.upr + latency },
         Bounds { lwr: t_s.lwr + latency, upr: t_s.upr + latency },
     );
-    let predicted = t_s.lwr;
+    // Extension: the dag's point prediction is its simulated run, held
+    // within its bounds (the simulation's endings at the store are a
+    // model of their own and may fall outside). Its tasks run at the
+    // one-slave CPU slow-down, as the critical path does: the dag's slaves
+    // mostly wait on each other's commits (n = 4096, b = 1024, two slaves:
+    // each task took as long as with one).
+    let predicted = match &single {
+        Shape::Graph(t, _, Variant::Dag, _) if options.simulate_dag => {
+            let run = cholesky::dag_makespan(t, p, s, ov, dag_overhead(params)) + latency;
+            run.clamp(t_s.lwr, t_s.upr.max(t_s.lwr))
+        }
+        _ => t_s.lwr,
+    };
     let flops = app.flops(n);
     Ok(Prediction {
         app,

@@ -23,6 +23,7 @@ const INF: Options = Options {
     slave_reads: false,
     diagonal_syrk: false,
     lu_parallel_solves: false,
+    simulate_dag: false,
     store_nodes: 1,
     shared_cpu: None,
     use_bsp: false,

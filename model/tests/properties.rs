@@ -95,14 +95,15 @@ fn params_strategy() -> impl Strategy<Value = Params> {
 }
 
 fn options_strategy() -> impl Strategy<Value = Options> {
-    (any::<bool>(), any::<bool>(), 1u64..=3, any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
-        |(server, slave, v, slave_reads, syrk, lu_parallel_solves)| Options {
+    (any::<bool>(), any::<bool>(), 1u64..=3, any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+        |(server, slave, v, slave_reads, syrk, lu_parallel_solves, simulate_dag)| Options {
             server_double_buffer: server,
             slave_overlap: slave,
             store_nodes: v,
             slave_reads,
             diagonal_syrk: syrk,
             lu_parallel_solves,
+            simulate_dag,
             ..Options::default()
         },
     )
@@ -126,6 +127,7 @@ proptest! {
             for pr in [&x, &y] {
                 prop_assert!(pr.t_inf.lwr <= pr.t_inf.upr * (1.0 + EPS), "{app} T∞ {:?}", pr.t_inf);
                 prop_assert!(pr.t_s.lwr <= pr.t_s.upr * (1.0 + EPS), "{app} s={} T_s {:?}", pr.slaves, pr.t_s);
+                prop_assert!(pr.t_s.lwr <= pr.predicted * (1.0 + EPS) && pr.predicted <= pr.t_s.upr.max(pr.t_s.lwr) * (1.0 + EPS), "{app} s={} predicted {} outside {:?}", pr.slaves, pr.predicted, pr.t_s);
                 prop_assert!(pr.t_s.lwr >= pr.t1 / pr.slaves as f64 * (1.0 - EPS), "{app}: lwr{{T_s}} < T1/s");
                 prop_assert!(pr.t_s.lwr >= pr.t_inf.lwr * (1.0 - EPS), "{app}: lwr{{T_s}} < lwr{{T∞}}");
                 prop_assert!(pr.t_s.upr <= pr.t1 * (1.0 + EPS) || options.slave_overlap, "{app}: upr{{T_s}} > T1");

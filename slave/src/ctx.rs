@@ -33,6 +33,19 @@ pub(crate) struct StoreCtx<'a> {
     pub(crate) job: Uuid,
     pub(crate) prefetch: Prefetch,
     pub(crate) writes: Writes,
+    /// Where the task's time went besides its kernels (the debug timeline).
+    pub(crate) waits: ReadWaits,
+}
+
+/// Time a task spent waiting for its block reads: those a prefetch had
+/// started, and those read in the open (none was running: the budget was
+/// taken by a write behind, or the read was not announced).
+#[derive(Default, Debug)]
+pub(crate) struct ReadWaits {
+    pub(crate) prefetched: u32,
+    pub(crate) prefetched_wait: Duration,
+    pub(crate) in_open: u32,
+    pub(crate) in_open_wait: Duration,
 }
 
 /// A task's writes that run on the runtime while the task goes on
@@ -185,18 +198,26 @@ impl TaskCtx for StoreCtx<'_> {
         // A block read out of the announced order (or never announced) is
         // fetched directly; the announced ones keep streaming.
         self.top_up();
+        let started = Instant::now();
         let b = if let Some(pos) = self.prefetch.running.iter().position(|(r, _)| *r == id) {
             let (_, h) = self.prefetch.running.remove(pos).expect("position is in range");
             self.top_up();
-            self.rt
+            let b = self
+                .rt
                 .block_on(h)
                 .map_err(|e| ctx_error(StoreError::StoreUnavailable { what: format!("prefetch task failed: {e}") }))?
-                .map_err(ctx_error)?
+                .map_err(ctx_error)?;
+            self.waits.prefetched += 1;
+            self.waits.prefetched_wait += started.elapsed();
+            b
         } else {
             if let Some(pos) = self.prefetch.queued.iter().position(|q| *q == id) {
                 self.prefetch.queued.remove(pos);
             }
-            self.rt.block_on(self.action.get_block(id.matrix.0, id.i, id.j)).map_err(ctx_error)?
+            let b = self.rt.block_on(self.action.get_block(id.matrix.0, id.i, id.j)).map_err(ctx_error)?;
+            self.waits.in_open += 1;
+            self.waits.in_open_wait += started.elapsed();
+            b
         };
         Ok(Block { rows: b.rows, cols: b.cols, data: b.data })
     }

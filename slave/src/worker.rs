@@ -169,19 +169,29 @@ impl Slave {
         let rt = tokio::runtime::Handle::current();
         let (client, spec) = (self.client.clone(), job.spec.clone());
         let writes = Writes::new(self.in_flight.clone());
-        let (outcome, action, task, writes) = tokio::task::spawn_blocking(move || {
-            let mut ctx = StoreCtx { rt, client: &client, action: &action, job: spec.job(), prefetch: Default::default(), writes };
+        let (outcome, action, task, writes, waits) = tokio::task::spawn_blocking(move || {
+            let mut ctx = StoreCtx { rt, client: &client, action: &action, job: spec.job(), prefetch: Default::default(), writes, waits: Default::default() };
             let tries = task.attempts + task.returns;
             let outcome = run_task(&spec, &task.payload, tries, &mut ctx);
             // Ends any prefetch the task announced but never read, before
             // the action commits or aborts.
-            let StoreCtx { writes, .. } = ctx;
-            (outcome, action, task, writes)
+            let StoreCtx { writes, waits, .. } = ctx;
+            (outcome, action, task, writes, waits)
         })
         .await
         .map_err(|e| StoreError::StoreUnavailable { what: format!("task thread failed: {e}") })?;
         let id = job.id();
-        tracing::debug!(action = action.id(), ok = outcome.is_ok(), ms = started.elapsed().as_secs_f64() * 1e3, "task computed");
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        tracing::debug!(
+            action = action.id(),
+            ok = outcome.is_ok(),
+            ms = ms(started.elapsed()),
+            prefetched = waits.prefetched,
+            prefetched_wait_ms = ms(waits.prefetched_wait),
+            in_open = waits.in_open,
+            in_open_wait_ms = ms(waits.in_open_wait),
+            "task computed"
+        );
         match outcome {
             Ok(outcome) => {
                 let done = TaskDone {
