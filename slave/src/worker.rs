@@ -98,10 +98,13 @@ impl Slave {
         tracing::info!(%id, app = job.spec.app_name(), "working on job");
         for (index, bag) in job.bags.iter().enumerate() {
             loop {
+                let asked = Instant::now();
                 if self.client.peek_small(&record::failed_key(id)).await?.is_some() {
                     return Ok(Idle::Wait);
                 }
+                let peeked = asked.elapsed();
                 let action = self.session.begin().await?;
+                let begun = asked.elapsed();
                 let mut next = action.dequeue(bag, Duration::ZERO).await;
                 if matches!(next, Ok(Dequeue::NoneAvailable)) {
                     // The element held may be our own previous task's, still
@@ -109,6 +112,8 @@ impl Slave {
                     self.settle().await?;
                     next = action.dequeue(bag, self.config.dequeue_wait).await;
                 }
+                let ms = |d: Duration| d.as_secs_f64() * 1e3;
+                tracing::trace!(peek_ms = ms(peeked), begin_ms = ms(begun - peeked), dequeue_ms = ms(asked.elapsed() - begun), "dequeued");
                 match next {
                     Ok(Dequeue::Empty) => {
                         action.abort().await?;
