@@ -249,6 +249,11 @@ impl Cluster {
         Ok(c)
     }
 
+    /// Runs `f` with a client of the store node on the cluster's runtime.
+    pub(crate) fn with_client<T, F: std::future::Future<Output = anyhow::Result<T>>>(&self, f: impl FnOnce(Client) -> F) -> anyhow::Result<T> {
+        self.rt.block_on(f(self.client.clone()))
+    }
+
     /// The store node's address.
     pub(crate) fn addr(&self) -> &str {
         &self.addr

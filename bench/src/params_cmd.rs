@@ -408,6 +408,46 @@ pub(crate) fn ray_rate(side: u32, quick: bool) -> anyhow::Result<f64> {
     Ok(best)
 }
 
+/// Puts g×g blocks of side `b` into a new matrix, each in an action of its
+/// own, then the same blocks again; returns the matrix, `g` and the median
+/// seconds of a put with its commit, new and over the version it replaces.
+/// Each new put is followed by a small commit, its time pushed to
+/// `commit_small`.
+async fn timed_puts(
+    client: &Client,
+    session: &store_client::Session,
+    b: usize,
+    quick: bool,
+    commit_small: &mut Vec<f64>,
+) -> anyhow::Result<(uuid::Uuid, u32, f64, f64)> {
+    // Enough blocks for a steady median, at most ~64 MB per size.
+    let budget = if quick { 16e6 } else { 64e6 };
+    let g = (((budget / (8.0 * (b * b) as f64)).sqrt().floor() as u32).clamp(2, 12)) as u64;
+    let m = client.create_matrix(&format!("bench-params-{b}"), g * b as u64, g * b as u64, b as u32).await?;
+    let mut times = Vec::new();
+    for i in 0..g as u32 {
+        for j in 0..g as u32 {
+            times.push(timed_put(session, m.id, i, j, random_block(b, (i * 100 + j) as u64)).await?);
+            let t = Instant::now();
+            let a = session.begin().await?;
+            a.write_small(&format!("bench-params/commit/{b}/{i}/{j}"), &[0u8; 8]).await?;
+            a.commit().await?;
+            commit_small.push(t.elapsed().as_secs_f64());
+        }
+    }
+    let new = median(&mut times);
+    // The same blocks again: each put now writes over the version it
+    // replaces, as LU's in-place updates do (the node recycles the
+    // replaced version's file).
+    let mut times = Vec::new();
+    for i in 0..g as u32 {
+        for j in 0..g as u32 {
+            times.push(timed_put(session, m.id, i, j, random_block(b, (i * 100 + j + 7) as u64)).await?);
+        }
+    }
+    Ok((m.id, g as u32, new, median(&mut times)))
+}
+
 /// Puts `block` as block `(i, j)` of `matrix` in an action of its own;
 /// returns the seconds of begin, put and commit.
 async fn timed_put(session: &store_client::Session, matrix: uuid::Uuid, i: u32, j: u32, block: Block) -> anyhow::Result<f64> {
@@ -474,6 +514,39 @@ async fn dag_releases(session: &store_client::Session, n: usize) -> anyhow::Resu
     .await??;
     a.commit().await?;
     Ok(times)
+}
+
+/// A slave's costs per task beyond its blocks and kernels (seconds).
+pub(crate) struct TaskCosts {
+    /// The round trips of an empty task (`Params::task_overhead`).
+    pub(crate) overhead: f64,
+    /// What they take more after a kernel's worth of idling (`task_wake`).
+    pub(crate) wake: f64,
+    /// One dependency release of the dag Cholesky (`dag_release`).
+    pub(crate) release: f64,
+}
+
+/// The per-task costs through `session`'s node, as `bench params`
+/// measures them.
+async fn task_costs(session: &store_client::Session, quick: bool) -> anyhow::Result<TaskCosts> {
+    let n_tasks = if quick { 50 } else { 200 };
+    let overhead = median(&mut empty_tasks(session, "bench-params/overhead", n_tasks, Duration::ZERO).await?);
+    // The same after a pause as long as a small task's compute, with the
+    // client and the node idle meanwhile: what a slave's first round trips
+    // after a kernel pay.
+    let mut after_idle = empty_tasks(session, "bench-params/overhead-after-idle", n_tasks / 2, IDLE_BEFORE_TASK).await?;
+    let wake = (median(&mut after_idle) - overhead).max(0.0);
+    let release = median(&mut dag_releases(session, n_tasks).await?);
+    Ok(TaskCosts { overhead, wake, release })
+}
+
+/// The per-task costs measured again through a running node, as `bench
+/// validate` does before each point: on this host they drift as the
+/// kernels do (overhead and wake together 0.47, 0.98 and 1.0 ms in three
+/// `bench params` runs within an hour), and a job pays them per task.
+pub(crate) async fn task_costs_now(client: &Client, quick: bool) -> anyhow::Result<TaskCosts> {
+    let session = client.open_session("bench-task-costs").await?;
+    task_costs(&session, quick).await
 }
 
 /// Everything measured through the store node and the loopback.
@@ -566,33 +639,10 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     let mut put_over = Vec::new();
     let mut commit_small = Vec::new();
     for &b in blocks {
-        // Enough blocks for a steady median, at most ~64 MB per size.
-        let budget = if quick { 16e6 } else { 64e6 };
-        let g = (((budget / (8.0 * (b * b) as f64)).sqrt().floor() as u32).clamp(2, 12)) as u64;
-        let m = client.create_matrix(&format!("bench-params-{b}"), g * b as u64, g * b as u64, b as u32).await?;
-        let mut times = Vec::new();
-        for i in 0..g as u32 {
-            for j in 0..g as u32 {
-                times.push(timed_put(&session, m.id, i, j, random_block(b, (i * 100 + j) as u64)).await?);
-                let t = Instant::now();
-                let a = session.begin().await?;
-                a.write_small(&format!("bench-params/commit/{b}/{i}/{j}"), &[0u8; 8]).await?;
-                a.commit().await?;
-                commit_small.push(t.elapsed().as_secs_f64());
-            }
-        }
-        put.push((b, median(&mut times)));
-        // The same blocks again: each put now writes over the version it
-        // replaces, as LU's in-place updates do (the node recycles the
-        // replaced version's file).
-        let mut times = Vec::new();
-        for i in 0..g as u32 {
-            for j in 0..g as u32 {
-                times.push(timed_put(&session, m.id, i, j, random_block(b, (i * 100 + j + 7) as u64)).await?);
-            }
-        }
-        put_over.push((b, median(&mut times)));
-        matrices.push((b, m.id, g as u32));
+        let (m, g, new, over) = timed_puts(&client, &session, b, quick, &mut commit_small).await?;
+        put.push((b, new));
+        put_over.push((b, over));
+        matrices.push((b, m, g));
     }
     let commit_small = median(&mut commit_small);
     let minus_commit = |v: &[(usize, f64)]| -> Vec<Point> {
@@ -600,15 +650,8 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     };
     let (put, put_over) = (minus_commit(&put), minus_commit(&put_over));
 
-    // Per-task overhead: what a slave's loop pays around an empty task.
-    let n_tasks = if quick { 50 } else { 200 };
-    let task_overhead = median(&mut empty_tasks(&session, "bench-params/overhead", n_tasks, Duration::ZERO).await?);
-    // The same after a pause as long as a small task's compute, with the
-    // client and the node idle meanwhile: what a slave's first round trips
-    // after a kernel pay (task_wake).
-    let mut after_idle = empty_tasks(&session, "bench-params/overhead-after-idle", n_tasks / 2, IDLE_BEFORE_TASK).await?;
-    let task_wake = (median(&mut after_idle) - task_overhead).max(0.0);
-    let dag_release = median(&mut dag_releases(&session, n_tasks).await?);
+    // Per-task costs: what a slave's loop pays around an empty task.
+    let TaskCosts { overhead: task_overhead, wake: task_wake, release: dag_release } = task_costs(&session, quick).await?;
 
     // Cached reads: a first pass warms the caches, the second is timed.
     let read_all = |client: Client, matrices: Vec<(usize, uuid::Uuid, u32)>| async move {

@@ -292,7 +292,24 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     c.multiply.iter().find(|p| (p[0] - flop).abs() < 1e-6 * flop).map_or(f64::NAN, |p| flop / p[1] / 1e9)
                 };
                 eprintln!("kernels now at b = {b}: gemm {:.1} Gflop/s (parameter file {:.1})", gemm(&kernels), gemm(&file));
-                Params { kernels: Some(file.with_points_of(&kernels)), ..params.clone() }
+                let costs = cluster.with_client(|c| async move { crate::params_cmd::task_costs_now(&c, args.quick).await })?;
+                let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{:.3}", v * 1e3));
+                eprintln!(
+                    "per task now: overhead {:.3} ms, wake {:.3} ms, dag release {:.3} ms (parameter file {}, {}, {})",
+                    costs.overhead * 1e3,
+                    costs.wake * 1e3,
+                    costs.release * 1e3,
+                    ms(params.task_overhead),
+                    ms(params.task_wake),
+                    ms(params.dag_release)
+                );
+                Params {
+                    kernels: Some(file.with_points_of(&kernels)),
+                    task_overhead: Some(costs.overhead),
+                    task_wake: Some(costs.wake),
+                    dag_release: Some(costs.release),
+                    ..params.clone()
+                }
             };
             let (thesis_p, ext_p) = (thesis_params(&now), warm(&now));
             for s in [1u64, 2] {

@@ -362,9 +362,10 @@ pub fn dag_tasks(t: &Primitives, p: u64, ov: crate::schedule::Overlap, o: DagOve
 }
 
 /// The dag variant run by `s` slaves from its FIFO bag, simulated
-/// ([`crate::simulate`]): the point prediction between its bounds.
-pub fn dag_makespan(t: &Primitives, p: u64, s: u64, ov: crate::schedule::Overlap, o: DagOverhead) -> f64 {
-    crate::simulate::makespan(&dag_tasks(t, p, ov, o), s, ov.store_nodes)
+/// ([`crate::simulate`]), compute `slowdown(k)` times slower while `k`
+/// slaves compute at once: the point prediction between its bounds.
+pub fn dag_makespan(t: &Primitives, p: u64, s: u64, ov: crate::schedule::Overlap, o: DagOverhead, slowdown: &dyn Fn(u64) -> f64) -> f64 {
+    crate::simulate::makespan(&dag_tasks(t, p, ov, o), s, ov.store_nodes, slowdown)
 }
 
 /// `chain_overhead`: seconds each task on the critical path pays beyond
@@ -471,14 +472,14 @@ mod tests {
         for p in 1..9u64 {
             let all = steps(&t, p, Variant::Dag).remove(0);
             let t1 = all.t1(Overlap::NONE);
-            let one = dag_makespan(&t, p, 1, Overlap::NONE, DagOverhead::default());
+            let one = dag_makespan(&t, p, 1, Overlap::NONE, DagOverhead::default(), &|_| 1.0);
             assert!((one - t1).abs() <= 1e-9 * t1, "p={p}: {one} vs T1 {t1}");
-            let many = dag_makespan(&t, p, 1000, Overlap::NONE, DagOverhead::default());
+            let many = dag_makespan(&t, p, 1000, Overlap::NONE, DagOverhead::default(), &|_| 1.0);
             let cp = critical_paths(&t, p).0;
             assert!((many - cp).abs() <= 1e-9 * cp, "p={p}: {many} vs cp {cp}");
             for s in 2..5 {
                 let b = graph_bounds(&t, p, &all, s, Overlap::NONE, Variant::Dag, 0.0);
-                let run = dag_makespan(&t, p, s, Overlap::NONE, DagOverhead::default());
+                let run = dag_makespan(&t, p, s, Overlap::NONE, DagOverhead::default(), &|_| 1.0);
                 assert!(b.lwr <= run * (1.0 + 1e-9) && run <= b.upr * (1.0 + 1e-9), "p={p} s={s}: {run} outside {b:?}");
             }
         }
@@ -496,7 +497,7 @@ mod tests {
             let tasks = dag_tasks(&t, p, ov, o);
             let fg: f64 = tasks.iter().map(|k| k.foreground).sum();
             let endings: f64 = tasks.iter().map(|k| k.ending).sum();
-            let run = dag_makespan(&t, p, 1, ov, o);
+            let run = dag_makespan(&t, p, 1, ov, o, &|_| 1.0);
             // (0,0)'s successors wait for it, and so does the last commit.
             assert!(run >= fg + tasks[0].ending + tasks.last().unwrap().ending - 1e-9, "p={p}");
             assert!(run < fg + endings, "p={p}: {run} hides nothing");

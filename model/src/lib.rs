@@ -23,7 +23,8 @@
 //! double buffering and slave overlap (§5.5 as options of every app), the
 //! store node sharing the slaves' CPUs ([`SharedCpu`]), BSP `g`/`l` for the
 //! network cost, cached puts, per-task ray-tracing overheads, an upper
-//! bound on `T_s` for `s < N`, the dag Cholesky variant, write-behind,
+//! bound on `T_s` for `s < N`, the dag Cholesky variant (its point
+//! prediction a simulated run of its task graph, [`simulate`]), write-behind,
 //! slaves that read blocks from the store's files themselves
 //! ([`Options::slave_reads`]: not the store's serialised time, but CPU all
 //! the same), dsyrk diagonal updates ([`Options::diagonal_syrk`]), and

@@ -135,9 +135,15 @@ pub struct Prediction {
 /// the unshared run (`free`) that transfers keep a core busy (the store's,
 /// and the reads slaves make themselves).
 fn shared_slowdown(free: &Shape, p: u64, slaves: u64, ov: Overlap, c: SharedCpu) -> f64 {
+    sharing(free, p, slaves, ov, c).slowdown(slaves)
+}
+
+/// The machine as `slaves` slaves share it: the store's cores scaled by
+/// the fraction of the run it is busy.
+fn sharing(free: &Shape, p: u64, slaves: u64, ov: Overlap, c: SharedCpu) -> SharedCpu {
     let t = free.bounds(p, slaves, ov).lwr;
     let busy = if t > 0.0 { (free.transfer_cpu(ov) / t).clamp(0.0, 1.0) } else { 0.0 };
-    SharedCpu { store_share: c.store_share * busy, ..c }.slowdown(slaves)
+    SharedCpu { store_share: c.store_share * busy, ..c }
 }
 
 enum Shape {
@@ -324,6 +330,19 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
         None => 1.0,
     };
 
+    // Extension: the dag's point prediction is its simulated run, its
+    // tasks slowed while as many slaves compute at once as do in the run
+    // (n = 4096 on two cores: two slaves at b = 256 mostly compute side by
+    // side, at b = 1024 mostly wait on each other's commits).
+    let dag_run = match &free {
+        Shape::Graph(t, _, Variant::Dag, _) if options.simulate_dag => {
+            let machine = options.shared_cpu.map(|c| sharing(&free, p, s, ov, c));
+            let slowdown = |k: u64| machine.map_or(1.0, |c| c.slowdown(k.max(1)));
+            Some(cholesky::dag_makespan(t, p, s, ov, dag_overhead(params), &slowdown))
+        }
+        _ => None,
+    };
+
     let single = shape(app, params, n, b, options, slowdown(1))?;
     let t1 = single.t1(ov);
     let longest_task = single.longest();
@@ -372,18 +391,11 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
         Bounds { lwr: t_inf.lwr + latency, upr: t_inf.upr + latency },
         Bounds { lwr: t_s.lwr + latency, upr: t_s.upr + latency },
     );
-    // Extension: the dag's point prediction is its simulated run, held
-    // within its bounds (the simulation's endings at the store are a
-    // model of their own and may fall outside). Its tasks run at the
-    // one-slave CPU slow-down, as the critical path does: the dag's slaves
-    // mostly wait on each other's commits (n = 4096, b = 1024, two slaves:
-    // each task took as long as with one).
-    let predicted = match &single {
-        Shape::Graph(t, _, Variant::Dag, _) if options.simulate_dag => {
-            let run = cholesky::dag_makespan(t, p, s, ov, dag_overhead(params)) + latency;
-            run.clamp(t_s.lwr, t_s.upr.max(t_s.lwr))
-        }
-        _ => t_s.lwr,
+    // The dag's simulated run is held within its bounds (the simulation's
+    // endings at the store are a model of their own and may fall outside).
+    let predicted = match dag_run {
+        Some(run) => (run + latency).clamp(t_s.lwr, t_s.upr.max(t_s.lwr)),
+        None => t_s.lwr,
     };
     let flops = app.flops(n);
     Ok(Prediction {

@@ -13,7 +13,9 @@
 //! * a slave takes the bag's first task when it is free; if the bag is
 //!   empty it waits until a commit releases one;
 //! * a task occupies its slave for its [`SimTask::foreground`] time
-//!   (kernels, the reads prefetching does not hide, its requests), then
+//!   (kernels, the reads prefetching does not hide, its requests),
+//!   stretched while other slaves compute beside it on shared cores (the
+//!   caller's slow-down for `k` slaves computing at once), then
 //!   releases its successors one by one, each release taking
 //!   [`SimTask::release`] under the successor's counter lock, which it
 //!   holds until it commits: a release of a counter another task holds
@@ -97,6 +99,9 @@ struct Run<'a> {
     blocked: Vec<Vec<Event>>,
     events: BinaryHeap<At>,
     seq: u64,
+    /// Tasks in their foreground: slave, task, one-slave seconds left.
+    computing: Vec<(usize, usize, f64)>,
+    slowdown: &'a dyn Fn(u64) -> f64,
 }
 
 impl Run<'_> {
@@ -105,10 +110,10 @@ impl Run<'_> {
         self.events.push(At(t, self.seq, e));
     }
 
-    /// Gives the bag's first task to `slave` at `now`, or idles it.
-    fn take(&mut self, slave: usize, now: f64) {
+    /// Gives the bag's first task to `slave`, or idles it.
+    fn take(&mut self, slave: usize) {
         match self.bag.pop_front() {
-            Some(task) => self.push(now + self.tasks[task].foreground, Event::Release { slave, task, next: 0 }),
+            Some(task) => self.computing.push((slave, task, self.tasks[task].foreground.max(0.0))),
             None => self.idle.push_back(slave),
         }
     }
@@ -120,7 +125,7 @@ impl Run<'_> {
         let t = &self.tasks[task];
         let Some(&counter) = t.successors.get(next) else {
             self.end(slave, task, now);
-            self.take(slave, now);
+            self.take(slave);
             return;
         };
         match self.holder[counter] {
@@ -158,16 +163,17 @@ impl Run<'_> {
         }
         while !self.bag.is_empty() {
             let Some(slave) = self.idle.pop_front() else { break };
-            self.take(slave, now);
+            self.take(slave);
         }
     }
 }
 
 /// Seconds from the first dequeue to the last commit of `tasks` run by
-/// `slaves` slaves against `store_nodes` store nodes. Tasks without
-/// inputs start in the bag in index order. A task whose inputs never all
-/// commit (a malformed graph) is left out.
-pub fn makespan(tasks: &[SimTask], slaves: u64, store_nodes: u64) -> f64 {
+/// `slaves` slaves against `store_nodes` store nodes, a foreground taking
+/// `slowdown(k)` times its time while `k` slaves compute at once. Tasks
+/// without inputs start in the bag in index order. A task whose inputs
+/// never all commit (a malformed graph) is left out.
+pub fn makespan(tasks: &[SimTask], slaves: u64, store_nodes: u64, slowdown: &dyn Fn(u64) -> f64) -> f64 {
     let waiting: Vec<u32> = tasks.iter().map(|t| t.inputs).collect();
     let bag = (0..tasks.len()).filter(|&k| waiting[k] == 0).collect();
     let slaves = slaves.clamp(1, tasks.len().max(1) as u64) as usize;
@@ -182,12 +188,39 @@ pub fn makespan(tasks: &[SimTask], slaves: u64, store_nodes: u64) -> f64 {
         blocked: vec![Vec::new(); tasks.len()],
         events: BinaryHeap::new(),
         seq: 0,
+        computing: Vec::new(),
+        slowdown,
     };
     for slave in 0..slaves {
-        run.take(slave, 0.0);
+        run.take(slave);
     }
-    let mut last = 0.0f64;
-    while let Some(At(now, _, event)) = run.events.pop() {
+    let (mut now, mut last) = (0.0f64, 0.0f64);
+    loop {
+        // The first foreground to end at the present sharing, if it ends
+        // before the next event (ties go to the event: a commit first).
+        let rate = 1.0 / (run.slowdown)(run.computing.len() as u64).max(1e-12);
+        let first = run.computing.iter().enumerate().min_by(|a, b| a.1 .2.total_cmp(&b.1 .2)).map(|(k, c)| (k, now + c.2 / rate));
+        let next_event = run.events.peek().map(|e| e.0);
+        let done = match (first, next_event) {
+            (Some((k, at)), Some(e)) if at < e => Some((k, at)),
+            (Some((k, at)), None) => Some((k, at)),
+            _ => None,
+        };
+        let until = match (done, next_event) {
+            (Some((_, at)), _) => at,
+            (None, Some(e)) => e,
+            (None, None) => break,
+        };
+        for c in &mut run.computing {
+            c.2 = (c.2 - (until - now) * rate).max(0.0);
+        }
+        now = until;
+        if let Some((k, _)) = done {
+            let (slave, task, _) = run.computing.swap_remove(k);
+            run.release(slave, task, 0, now);
+            continue;
+        }
+        let At(_, _, event) = run.events.pop().expect("peeked");
         match event {
             Event::Release { slave, task, next } => run.release(slave, task, next, now),
             Event::Commit(task) => {
@@ -203,6 +236,9 @@ pub fn makespan(tasks: &[SimTask], slaves: u64, store_nodes: u64) -> f64 {
 mod tests {
     use super::*;
 
+    /// Every slave its own core.
+    const ONE: fn(u64) -> f64 = |_| 1.0;
+
     fn task(foreground: f64, ending: f64, successors: Vec<usize>, inputs: u32) -> SimTask {
         SimTask { foreground, release: 0.0, ending, successors, inputs }
     }
@@ -212,13 +248,13 @@ mod tests {
     #[test]
     fn independent_tasks_hide_all_endings_but_the_last() {
         let tasks: Vec<_> = (0..4).map(|_| task(1.0, 0.25, vec![], 0)).collect();
-        assert!((makespan(&tasks, 1, 1) - 4.25).abs() < 1e-12);
+        assert!((makespan(&tasks, 1, 1, &ONE) - 4.25).abs() < 1e-12);
         // Two: the second pair's endings queue behind each other.
-        assert!((makespan(&tasks, 2, 1) - 2.5).abs() < 1e-12);
+        assert!((makespan(&tasks, 2, 1, &ONE) - 2.5).abs() < 1e-12);
         // Endings longer than the foreground queue at the one store.
         let slow: Vec<_> = (0..4).map(|_| task(1.0, 2.0, vec![], 0)).collect();
-        assert!((makespan(&slow, 4, 1) - 9.0).abs() < 1e-12);
-        assert!((makespan(&slow, 4, 4) - 3.0).abs() < 1e-12);
+        assert!((makespan(&slow, 4, 1, &ONE) - 9.0).abs() < 1e-12);
+        assert!((makespan(&slow, 4, 4, &ONE) - 3.0).abs() < 1e-12);
     }
 
     /// A chain pays every ending: each task waits for its predecessor's
@@ -227,7 +263,7 @@ mod tests {
     fn a_chain_pays_every_ending() {
         let tasks = vec![task(1.0, 0.5, vec![1], 0), task(1.0, 0.5, vec![2], 1), task(1.0, 0.5, vec![], 1)];
         for s in 1..4 {
-            assert!((makespan(&tasks, s, 1) - 4.5).abs() < 1e-12);
+            assert!((makespan(&tasks, s, 1, &ONE) - 4.5).abs() < 1e-12);
         }
     }
 
@@ -239,9 +275,9 @@ mod tests {
         let tasks = vec![task(1.0, 0.1, vec![1, 2], 0), task(2.0, 0.1, vec![3], 1), task(1.0, 0.1, vec![3], 1), task(1.0, 0.1, vec![], 2)];
         // One slave: 0 [0,1], 1 [1.1,3.1], 2 [3.1,4.1] (1 commits 3.2),
         // 2 commits 4.2, 3 [4.2,5.2], commits 5.3.
-        assert!((makespan(&tasks, 1, 1) - 5.3).abs() < 1e-9, "{}", makespan(&tasks, 1, 1));
+        assert!((makespan(&tasks, 1, 1, &ONE) - 5.3).abs() < 1e-9, "{}", makespan(&tasks, 1, 1, &ONE));
         // Two: 2 commits at 2.2, 1 at 3.2; 3 runs [3.2, 4.2].
-        assert!((makespan(&tasks, 2, 1) - 4.3).abs() < 1e-9, "{}", makespan(&tasks, 2, 1));
+        assert!((makespan(&tasks, 2, 1, &ONE) - 4.3).abs() < 1e-9, "{}", makespan(&tasks, 2, 1, &ONE));
     }
 
     /// Two tasks that release the same counter: the second waits for the
@@ -254,10 +290,24 @@ mod tests {
         }
         // 0 releases [1, 1.1], commits 1.6; 1 reaches its release at 1.2,
         // waits to 1.6, releases to 1.7, commits 2.2; 2 runs [2.2, 3.2].
-        assert!((makespan(&tasks, 2, 2) - 3.2).abs() < 1e-9, "{}", makespan(&tasks, 2, 2));
+        assert!((makespan(&tasks, 2, 2, &ONE) - 3.2).abs() < 1e-9, "{}", makespan(&tasks, 2, 2, &ONE));
         // Without the shared counter 1 commits at 1.7, and 2 runs after 0.
         tasks[1].successors.clear();
         tasks[2].inputs = 1;
-        assert!((makespan(&tasks, 2, 2) - 2.6).abs() < 1e-9, "{}", makespan(&tasks, 2, 2));
+        assert!((makespan(&tasks, 2, 2, &ONE) - 2.6).abs() < 1e-9, "{}", makespan(&tasks, 2, 2, &ONE));
+    }
+
+    /// Slaves on one core share it: two foregrounds side by side each run
+    /// at half speed until the shorter ends.
+    #[test]
+    fn foregrounds_share_the_cores() {
+        let tasks = vec![task(1.0, 0.0, vec![], 0), task(2.0, 0.0, vec![], 0)];
+        let one_core = |k: u64| k.max(1) as f64;
+        // Both at half speed to t = 2 (the first's second of work), then
+        // the second alone for its last second.
+        assert!((makespan(&tasks, 2, 1, &one_core) - 3.0).abs() < 1e-9, "{}", makespan(&tasks, 2, 1, &one_core));
+        assert!((makespan(&tasks, 2, 1, &ONE) - 2.0).abs() < 1e-9);
+        // One slave: never shared.
+        assert!((makespan(&tasks, 1, 1, &one_core) - 3.0).abs() < 1e-9);
     }
 }
