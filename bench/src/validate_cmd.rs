@@ -33,8 +33,8 @@
 //! cluster's own node), since this host's rates drift between runs;
 //! everything else comes from the parameter file. (Re-measuring the puts
 //! as well, through a fresh node, was tried and left out: right after its
-//! start a node's new puts ran at 318 MB/s where the jobs' ran at 700 and
-//! more.)
+//! start a node's new 2 MiB puts ran at 318 MB/s, where `bench params` had
+//! fitted 1098 MB/s minutes before.)
 //!
 //! The error is `(predicted − measured) / measured`; the target is 10 %
 //! for every point (issue 6).
