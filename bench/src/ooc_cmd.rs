@@ -107,7 +107,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<()> {
         }
         None => crate::cluster::default_base_dir()?,
     };
-    let mut figs: Vec<(String, f64, &'static str, Option<f64>, Vec<(&'static str, Value)>)> = Vec::new();
+    let mut figs: Figs = Vec::new();
     match args.app {
         App::Matmul => matmul(&args, &base, &mut figs)?,
         App::Cholesky => cholesky(&args, &base, &mut figs)?,
@@ -120,7 +120,10 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-type Figs = Vec<(String, f64, &'static str, Option<f64>, Vec<(&'static str, Value)>)>;
+/// A figure's extra JSON fields.
+type Extra = Vec<(&'static str, Value)>;
+/// Figures to print: name, value, unit, target, extra fields.
+type Figs = Vec<(String, f64, &'static str, Option<f64>, Extra)>;
 
 fn start(args: &Args, base: &Path) -> anyhow::Result<Cluster> {
     Cluster::start(ClusterConfig {
@@ -165,7 +168,7 @@ fn measure(c: &Cluster, args: &Args, submit: &[&str]) -> anyhow::Result<Measured
     Ok(Measured { job, before, after, verified })
 }
 
-fn job_extra(m: &Measured, n: u64, b: u32) -> Vec<(&'static str, Value)> {
+fn job_extra(m: &Measured, n: u64, b: u32) -> Extra {
     let mut e = vec![
         ("n", json!(n)),
         ("block", json!(b)),
@@ -505,8 +508,8 @@ fn lu(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
         &[(false, "bags"), (false, "dag"), (true, "bags"), (true, "dag")]
     };
     // Dask's LU pivots: compare with our best pivoted run.
-    let mut best_pivot: Option<(&str, f64, Vec<(&'static str, Value)>)> = None;
-    let mut best_nopiv: Option<(&str, f64, Vec<(&'static str, Value)>)> = None;
+    let mut best_pivot: Option<(&str, f64, Extra)> = None;
+    let mut best_nopiv: Option<(&str, f64, Extra)> = None;
     for (k, &(pivot, schedule)) in runs.iter().enumerate() {
         let (input, kind, seed) = if pivot { ("R", "random", 5) } else { ("D", "diag-dominant", 4) };
         let first_use = k == 0 || runs[k - 1].0 != pivot;

@@ -62,17 +62,15 @@ pub fn decode<'a>(value: &'a [u8], what: &dyn Fn() -> String) -> Result<(BlockHe
     if payload.len() != header.payload_len() {
         return Err(corrupt("payload length does not match the header"));
     }
-    verify(&header, payload).map_err(|_| corrupt("checksum mismatch"))?;
+    if !checksum_matches(&header, payload) {
+        return Err(corrupt("checksum mismatch"));
+    }
     Ok((header, payload))
 }
 
-/// Checks a payload against its header's checksum.
-pub fn verify(header: &BlockHeader, payload: &[u8]) -> Result<(), ()> {
-    if checksum(payload) == header.crc32c {
-        Ok(())
-    } else {
-        Err(())
-    }
+/// Whether a payload matches its header's checksum.
+pub fn checksum_matches(header: &BlockHeader, payload: &[u8]) -> bool {
+    checksum(payload) == header.crc32c
 }
 
 #[cfg(test)]

@@ -670,7 +670,8 @@ async fn get_block(
     if off != buf.len() {
         return Err(truncated());
     }
-    block::verify(&header, buf)
-        .map_err(|_| StoreError::Corrupt { what: format!("block ({i}, {j}) of {matrix}: checksum mismatch after transfer") })?;
+    if !block::checksum_matches(&header, buf) {
+        return Err(StoreError::Corrupt { what: format!("block ({i}, {j}) of {matrix}: checksum mismatch after transfer") });
+    }
     Ok(BlockData { rows: h.rows as usize, cols: h.cols as usize, data })
 }

@@ -113,6 +113,8 @@ impl Running {
 }
 
 /// Opens the data directory (recovering after a crash) and starts serving.
+// The token interceptor's closure returns tonic's `Status`, a large `Err`.
+#[allow(clippy::result_large_err)]
 pub async fn start(config: Config) -> Result<Running, ServeError> {
     let (db, recovered) = db::Db::open(&config.data, config.cache_mib)
         .map_err(|source| ServeError::Open { path: config.data.clone(), source })?;
@@ -210,6 +212,8 @@ fn bind_unix(path: &std::path::Path, what: &str) -> Option<(PathBuf, tokio::net:
     }
 }
 
+// Tonic's interceptor signature: its `Status` is the large `Err`.
+#[allow(clippy::result_large_err)]
 fn check_token(expected: Option<&str>, req: Request<()>) -> Result<Request<()>, Status> {
     let Some(expected) = expected else { return Ok(req) };
     match req.metadata().get("authorization").and_then(|v| v.to_str().ok()) {

@@ -361,7 +361,8 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
     use store_client::proto;
     let call = |method: wire::Method, body: Vec<u8>| (wire::Request::call(method, body.len() as u32), body);
     let unknown_method = wire::Request { rows: 99, ..wire::Request::call(wire::Method::Dequeue, 0) };
-    let refused: Vec<((wire::Request, Vec<u8>), fn(&StoreError) -> bool)> = vec![
+    type Refusal = ((wire::Request, Vec<u8>), fn(&StoreError) -> bool);
+    let refused: Vec<Refusal> = vec![
         ((local_get, vec![]), |e| matches!(e, StoreError::InvalidArgument { .. })),
         ((unknown_method, vec![]), |e| matches!(e, StoreError::InvalidArgument { .. })),
         (call(wire::Method::Dequeue, vec![0xff; 3]), |e| matches!(e, StoreError::InvalidArgument { .. })),

@@ -236,9 +236,10 @@ impl DataPlane {
         let mut data = vec![0f64; header.rows as usize * header.cols as usize];
         s.read_exact(bytemuck::cast_slice_mut(&mut data)).await.map_err(read)?;
         // In step either way: a damaged payload is the block's fault.
-        Ok(match block::verify(&header, bytemuck::cast_slice(&data)) {
-            Ok(()) => Ok(BlockData { rows: header.rows as usize, cols: header.cols as usize, data }),
-            Err(()) => Err(StoreError::Corrupt { what: format!("{}: checksum mismatch after transfer", what()) }),
+        Ok(if block::checksum_matches(&header, bytemuck::cast_slice(&data)) {
+            Ok(BlockData { rows: header.rows as usize, cols: header.cols as usize, data })
+        } else {
+            Err(StoreError::Corrupt { what: format!("{}: checksum mismatch after transfer", what()) })
         })
     }
 
