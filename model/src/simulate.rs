@@ -21,8 +21,10 @@
 //!   holds until it commits: a release of a counter another task holds
 //!   waits for that task's commit;
 //! * its ending (block puts and the synced commit, [`SimTask::ending`])
-//!   then runs behind the slave's next task, serialised at the store and
-//!   after the slave's previous ending (one ending at a time);
+//!   starts with its releases (the slave's puts are under way when it
+//!   releases) and runs on behind the slave's next task, serialised at the
+//!   store and after the slave's previous ending (one ending at a time);
+//!   the task commits once both its releases and its ending are done;
 //! * its commit frees its counters and appends each successor whose last
 //!   input it was to the bag.
 
@@ -36,7 +38,7 @@ pub struct SimTask {
     pub foreground: f64,
     /// Seconds of each of its releases (a counter read under its lock).
     pub release: f64,
-    /// Seconds of its ending at the store, after its releases.
+    /// Seconds of its ending at the store, from the end of its foreground.
     pub ending: f64,
     /// Tasks that read what this one writes, in the order it releases them.
     pub successors: Vec<usize>,
@@ -91,6 +93,8 @@ struct Run<'a> {
     idle: VecDeque<usize>,
     /// Per slave: when its last ending is over.
     ending_done: Vec<f64>,
+    /// Per task: when its ending is over.
+    ended: Vec<f64>,
     /// Per store node: when it has served every ending sent to it.
     store_free: Vec<f64>,
     /// Per task's counter: the uncommitted task holding its lock.
@@ -124,7 +128,8 @@ impl Run<'_> {
     fn release(&mut self, slave: usize, task: usize, next: usize, now: f64) {
         let t = &self.tasks[task];
         let Some(&counter) = t.successors.get(next) else {
-            self.end(slave, task, now);
+            // The commit follows the releases and the ending.
+            self.push(now.max(self.ended[task]), Event::Commit(task));
             self.take(slave);
             return;
         };
@@ -138,14 +143,14 @@ impl Run<'_> {
     }
 
     /// Sends `task`'s ending to the least busy store node, after the
-    /// slave's previous ending.
+    /// slave's previous ending; it runs while the task releases.
     fn end(&mut self, slave: usize, task: usize, now: f64) {
         let node = (0..self.store_free.len()).min_by(|&a, &b| self.store_free[a].total_cmp(&self.store_free[b])).unwrap_or(0);
         let begins = now.max(self.ending_done[slave]).max(self.store_free[node]);
-        let committed = begins + self.tasks[task].ending;
-        self.store_free[node] = committed;
-        self.ending_done[slave] = committed;
-        self.push(committed, Event::Commit(task));
+        let ended = begins + self.tasks[task].ending;
+        self.store_free[node] = ended;
+        self.ending_done[slave] = ended;
+        self.ended[task] = ended;
     }
 
     fn commit(&mut self, task: usize, now: f64) {
@@ -183,6 +188,7 @@ pub fn makespan(tasks: &[SimTask], slaves: u64, store_nodes: u64, slowdown: &dyn
         bag,
         idle: VecDeque::new(),
         ending_done: vec![0.0; slaves],
+        ended: vec![0.0; tasks.len()],
         store_free: vec![0.0; store_nodes.max(1) as usize],
         holder: vec![None; tasks.len()],
         blocked: vec![Vec::new(); tasks.len()],
@@ -217,6 +223,7 @@ pub fn makespan(tasks: &[SimTask], slaves: u64, store_nodes: u64, slowdown: &dyn
         now = until;
         if let Some((k, _)) = done {
             let (slave, task, _) = run.computing.swap_remove(k);
+            run.end(slave, task, now);
             run.release(slave, task, 0, now);
             continue;
         }
@@ -288,13 +295,14 @@ mod tests {
         for t in &mut tasks[..2] {
             t.release = 0.1;
         }
-        // 0 releases [1, 1.1], commits 1.6; 1 reaches its release at 1.2,
-        // waits to 1.6, releases to 1.7, commits 2.2; 2 runs [2.2, 3.2].
-        assert!((makespan(&tasks, 2, 2, &ONE) - 3.2).abs() < 1e-9, "{}", makespan(&tasks, 2, 2, &ONE));
-        // Without the shared counter 1 commits at 1.7, and 2 runs after 0.
+        // 0 releases [1, 1.1] while its ending runs [1, 1.5], commits 1.5;
+        // 1 reaches its release at 1.2 (ending [1.2, 1.7]), waits to 1.5,
+        // releases to 1.6, commits 1.7; 2 runs [1.7, 2.7].
+        assert!((makespan(&tasks, 2, 2, &ONE) - 2.7).abs() < 1e-9, "{}", makespan(&tasks, 2, 2, &ONE));
+        // Without the shared counter 2 runs after 0's commit, [1.5, 2.5].
         tasks[1].successors.clear();
         tasks[2].inputs = 1;
-        assert!((makespan(&tasks, 2, 2, &ONE) - 2.6).abs() < 1e-9, "{}", makespan(&tasks, 2, 2, &ONE));
+        assert!((makespan(&tasks, 2, 2, &ONE) - 2.5).abs() < 1e-9, "{}", makespan(&tasks, 2, 2, &ONE));
     }
 
     /// Slaves on one core share it: two foregrounds side by side each run
