@@ -112,7 +112,6 @@ impl Slave {
                     self.settle().await?;
                     next = action.dequeue(bag, self.config.dequeue_wait).await;
                 }
-                let ms = |d: Duration| d.as_secs_f64() * 1e3;
                 tracing::trace!(peek_ms = ms(peeked), begin_ms = ms(begun - peeked), dequeue_ms = ms(asked.elapsed() - begun), "dequeued");
                 match next {
                     Ok(Dequeue::Empty) => {
@@ -186,7 +185,6 @@ impl Slave {
         .await
         .map_err(|e| StoreError::StoreUnavailable { what: format!("task thread failed: {e}") })?;
         let id = job.id();
-        let ms = |d: Duration| d.as_secs_f64() * 1e3;
         tracing::debug!(
             action = action.id(),
             ok = outcome.is_ok(),
@@ -301,4 +299,10 @@ async fn record_failure(session: &Session, job: Uuid, reason: String, task: &Tas
     let a = session.begin().await?;
     a.write_small(&record::failed_key(job), &serde_json::to_vec(&failure).expect("plain struct")).await?;
     a.commit().await
+}
+
+/// Milliseconds to the microsecond, for the debug timeline (a raw f64 of
+/// a few nanoseconds printed as `9.5e-5`).
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
 }
