@@ -408,46 +408,6 @@ pub(crate) fn ray_rate(side: u32, quick: bool) -> anyhow::Result<f64> {
     Ok(best)
 }
 
-/// Puts g×g blocks of side `b` into a new matrix, each in an action of its
-/// own, then the same blocks again; returns the matrix, `g` and the median
-/// seconds of a put with its commit, new and over the version it replaces.
-/// Each new put is followed by a small commit, its time pushed to
-/// `commit_small`.
-async fn timed_puts(
-    client: &Client,
-    session: &store_client::Session,
-    b: usize,
-    quick: bool,
-    commit_small: &mut Vec<f64>,
-) -> anyhow::Result<(uuid::Uuid, u32, f64, f64)> {
-    // Enough blocks for a steady median, at most ~64 MB per size.
-    let budget = if quick { 16e6 } else { 64e6 };
-    let g = (((budget / (8.0 * (b * b) as f64)).sqrt().floor() as u32).clamp(2, 12)) as u64;
-    let m = client.create_matrix(&format!("bench-params-{b}"), g * b as u64, g * b as u64, b as u32).await?;
-    let mut times = Vec::new();
-    for i in 0..g as u32 {
-        for j in 0..g as u32 {
-            times.push(timed_put(session, m.id, i, j, random_block(b, (i * 100 + j) as u64)).await?);
-            let t = Instant::now();
-            let a = session.begin().await?;
-            a.write_small(&format!("bench-params/commit/{b}/{i}/{j}"), &[0u8; 8]).await?;
-            a.commit().await?;
-            commit_small.push(t.elapsed().as_secs_f64());
-        }
-    }
-    let new = median(&mut times);
-    // The same blocks again: each put now writes over the version it
-    // replaces, as LU's in-place updates do (the node recycles the
-    // replaced version's file).
-    let mut times = Vec::new();
-    for i in 0..g as u32 {
-        for j in 0..g as u32 {
-            times.push(timed_put(session, m.id, i, j, random_block(b, (i * 100 + j + 7) as u64)).await?);
-        }
-    }
-    Ok((m.id, g as u32, new, median(&mut times)))
-}
-
 /// Puts `block` as block `(i, j)` of `matrix` in an action of its own;
 /// returns the seconds of begin, put and commit.
 async fn timed_put(session: &store_client::Session, matrix: uuid::Uuid, i: u32, j: u32, block: Block) -> anyhow::Result<f64> {
@@ -558,9 +518,7 @@ struct StoreSweep {
     /// Puts over a block's older version.
     put_over: Vec<Point>,
     commit_small: f64,
-    task_overhead: f64,
-    task_wake: f64,
-    dag_release: f64,
+    per_task: TaskCosts,
 }
 
 /// Evicts every file under `dir` from the page cache (after syncing it):
@@ -639,10 +597,33 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     let mut put_over = Vec::new();
     let mut commit_small = Vec::new();
     for &b in blocks {
-        let (m, g, new, over) = timed_puts(&client, &session, b, quick, &mut commit_small).await?;
-        put.push((b, new));
-        put_over.push((b, over));
-        matrices.push((b, m, g));
+        // Enough blocks for a steady median, at most ~64 MB per size.
+        let budget = if quick { 16e6 } else { 64e6 };
+        let g = (((budget / (8.0 * (b * b) as f64)).sqrt().floor() as u32).clamp(2, 12)) as u64;
+        let m = client.create_matrix(&format!("bench-params-{b}"), g * b as u64, g * b as u64, b as u32).await?;
+        let mut times = Vec::new();
+        for i in 0..g as u32 {
+            for j in 0..g as u32 {
+                times.push(timed_put(&session, m.id, i, j, random_block(b, (i * 100 + j) as u64)).await?);
+                let t = Instant::now();
+                let a = session.begin().await?;
+                a.write_small(&format!("bench-params/commit/{b}/{i}/{j}"), &[0u8; 8]).await?;
+                a.commit().await?;
+                commit_small.push(t.elapsed().as_secs_f64());
+            }
+        }
+        put.push((b, median(&mut times)));
+        // The same blocks again: each put now writes over the version it
+        // replaces, as LU's in-place updates do (the node recycles the
+        // replaced version's file).
+        let mut times = Vec::new();
+        for i in 0..g as u32 {
+            for j in 0..g as u32 {
+                times.push(timed_put(&session, m.id, i, j, random_block(b, (i * 100 + j + 7) as u64)).await?);
+            }
+        }
+        put_over.push((b, median(&mut times)));
+        matrices.push((b, m.id, g as u32));
     }
     let commit_small = median(&mut commit_small);
     let minus_commit = |v: &[(usize, f64)]| -> Vec<Point> {
@@ -651,7 +632,7 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     let (put, put_over) = (minus_commit(&put), minus_commit(&put_over));
 
     // Per-task costs: what a slave's loop pays around an empty task.
-    let TaskCosts { overhead: task_overhead, wake: task_wake, release: dag_release } = task_costs(&session, quick).await?;
+    let per_task = task_costs(&session, quick).await?;
 
     // Cached reads: a first pass warms the caches, the second is timed.
     let read_all = |client: Client, matrices: Vec<(usize, uuid::Uuid, u32)>| async move {
@@ -685,7 +666,7 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     let cold_get = read_all(client.clone(), matrices).await?;
     drop(client);
     node.shutdown().await?;
-    Ok(StoreSweep { network, hot_get, cold_get, put, put_over, commit_small, task_overhead, task_wake, dag_release })
+    Ok(StoreSweep { network, hot_get, cold_get, put, put_over, commit_small, per_task })
 }
 
 /// The store's own part of a transfer: measured time minus the network
@@ -755,11 +736,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     eprintln!(
         "small commit {:.3} ms, task overhead (begin, dequeue, record, commit) {:.3} ms, {:.3} ms more after {:?} idle",
         st.commit_small * 1e3,
-        st.task_overhead * 1e3,
-        st.task_wake * 1e3,
+        st.per_task.overhead * 1e3,
+        st.per_task.wake * 1e3,
         IDLE_BEFORE_TASK
     );
-    eprintln!("dag dependency release (counter read under its lock, write behind) {:.3} ms", st.dag_release * 1e3);
+    eprintln!("dag dependency release (counter read under its lock, write behind) {:.3} ms", st.per_task.release * 1e3);
 
     let lat = if args.no_job_latency { None } else { Some(latencies(args.quick)?) };
     if let Some(l) = &lat {
@@ -791,9 +772,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         local_get: Some(local_get),
         bsp: None,
         ray_pixel_rate: Some(ray),
-        task_overhead: Some(st.task_overhead),
-        task_wake: Some(st.task_wake),
-        dag_release: Some(st.dag_release),
+        task_overhead: Some(st.per_task.overhead),
+        task_wake: Some(st.per_task.wake),
+        dag_release: Some(st.per_task.release),
         job_latency: latency,
         slave_start: start,
         // Beside the fits: the kernels' rates keep rising with b over
@@ -822,9 +803,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     fig("params_disk_put_overwrite_threshold", disk_put_overwrite.threshold, "B");
     fig("params_local_get_rate", local_get.bandwidth / 1e6, "MB/s");
     fig("params_local_get_threshold", local_get.threshold, "B");
-    fig("params_task_overhead", st.task_overhead * 1e3, "ms");
-    fig("params_task_wake", st.task_wake * 1e3, "ms");
-    fig("params_dag_release", st.dag_release * 1e3, "ms");
+    fig("params_task_overhead", st.per_task.overhead * 1e3, "ms");
+    fig("params_task_wake", st.per_task.wake * 1e3, "ms");
+    fig("params_dag_release", st.per_task.release * 1e3, "ms");
     fig("params_ray_pixel_rate", ray, "pixel/s");
     if let Some(l) = latency {
         fig("params_job_latency", l * 1e3, "ms");

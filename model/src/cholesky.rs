@@ -333,29 +333,21 @@ pub fn dag_successors(p: u64, r: u64, c: u64) -> Vec<(u64, u64)> {
 /// requests, then releases its successors; its puts (with write-behind)
 /// and its commit are its ending.
 pub fn dag_tasks(t: &Primitives, p: u64, ov: crate::schedule::Overlap, o: DagOverhead) -> Vec<crate::simulate::SimTask> {
-    let mut at = std::collections::HashMap::new();
-    let mut order = Vec::new();
-    for j in 0..p {
-        for i in j..p {
-            at.insert((i, j), order.len());
-            order.push((i, j));
-        }
-    }
+    // Column-major: columns before `j` hold p + (p−1) + … + (p−j+1) tasks.
+    let index = |(i, j): (u64, u64)| (j * p - j * j.saturating_sub(1) / 2 + (i - j)) as usize;
     let behind = ov.slave && ov.write_behind;
     let share = if ov.slave { ov.slave_share.clamp(0.0, 1.0) } else { 0.0 };
-    order
-        .iter()
-        .map(|&(i, j)| {
+    (0..p)
+        .flat_map(|j| (j..p).map(move |i| (i, j)))
+        .map(|(i, j)| {
             let c = if i == j { diag_task(t, j + 1) } else { off_task(t, j + 1) };
-            let successors: Vec<usize> = dag_successors(p, i, j).iter().map(|k| at[k]).collect();
             let reads = c.io() - c.put;
             let put = if behind { 0.0 } else { c.put };
             crate::simulate::SimTask {
                 foreground: c.comp + reads - share * reads.min(c.comp) + put + o.slave,
                 release: o.release,
                 ending: c.put - put + o.ending,
-                inputs: if i == j { j as u32 } else { 2 * j as u32 + 1 },
-                successors,
+                successors: dag_successors(p, i, j).into_iter().map(index).collect(),
             }
         })
         .collect()
@@ -446,19 +438,17 @@ mod tests {
         assert!(all >= comp + 7.0 * (t.tdput + t.tcom) - 1e-9, "{all}");
     }
 
-    /// The dag's graph: every input is some task's successor, and the
-    /// releases are [`dag_releases`].
+    /// The dag's graph: task `(i, j)` waits for `j` commits on the
+    /// diagonal and `2j + 1` below it (A.12's reads of blocks other tasks
+    /// write), and the releases are [`dag_releases`].
     #[test]
     fn dag_graph_counts_its_inputs() {
         let t = prims();
         for p in 1..10u64 {
             let tasks = dag_tasks(&t, p, Overlap::NONE, DagOverhead::default());
             assert_eq!(tasks.len() as u64, p * (p + 1) / 2);
-            let mut inputs = vec![0u32; tasks.len()];
-            for s in tasks.iter().flat_map(|t| &t.successors) {
-                inputs[*s] += 1;
-            }
-            assert_eq!(inputs, tasks.iter().map(|t| t.inputs).collect::<Vec<_>>(), "p={p}");
+            let want: Vec<u32> = (0..p as u32).flat_map(|j| (j..p as u32).map(move |i| if i == j { j } else { 2 * j + 1 })).collect();
+            assert_eq!(crate::simulate::inputs(&tasks), want, "p={p}");
             assert_eq!(tasks.iter().map(|t| t.successors.len() as u64).sum::<u64>(), dag_releases(p));
         }
     }

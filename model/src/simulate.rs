@@ -41,10 +41,17 @@ pub struct SimTask {
     /// Seconds of its ending at the store, from the end of its foreground.
     pub ending: f64,
     /// Tasks that read what this one writes, in the order it releases them.
+    /// A task enters the bag once every task listing it here committed.
     pub successors: Vec<usize>,
-    /// Inputs written by other tasks: the task is in the bag once that
-    /// many of its predecessors have committed.
-    pub inputs: u32,
+}
+
+/// How many tasks list each task as a successor: the commits it waits for.
+pub fn inputs(tasks: &[SimTask]) -> Vec<u32> {
+    let mut n = vec![0u32; tasks.len()];
+    for &succ in tasks.iter().flat_map(|t| &t.successors) {
+        n[succ] += 1;
+    }
+    n
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -176,10 +183,10 @@ impl Run<'_> {
 /// Seconds from the first dequeue to the last commit of `tasks` run by
 /// `slaves` slaves against `store_nodes` store nodes, a foreground taking
 /// `slowdown(k)` times its time while `k` slaves compute at once. Tasks
-/// without inputs start in the bag in index order. A task whose inputs
-/// never all commit (a malformed graph) is left out.
+/// without inputs start in the bag in index order. A task on a cycle
+/// (a malformed graph) never starts and is left out.
 pub fn makespan(tasks: &[SimTask], slaves: u64, store_nodes: u64, slowdown: &dyn Fn(u64) -> f64) -> f64 {
-    let waiting: Vec<u32> = tasks.iter().map(|t| t.inputs).collect();
+    let waiting = inputs(tasks);
     let bag = (0..tasks.len()).filter(|&k| waiting[k] == 0).collect();
     let slaves = slaves.clamp(1, tasks.len().max(1) as u64) as usize;
     let mut run = Run {
@@ -246,20 +253,20 @@ mod tests {
     /// Every slave its own core.
     const ONE: fn(u64) -> f64 = |_| 1.0;
 
-    fn task(foreground: f64, ending: f64, successors: Vec<usize>, inputs: u32) -> SimTask {
-        SimTask { foreground, release: 0.0, ending, successors, inputs }
+    fn task(foreground: f64, ending: f64, successors: Vec<usize>) -> SimTask {
+        SimTask { foreground, release: 0.0, ending, successors }
     }
 
     /// Independent tasks: one slave runs them back to back, their endings
     /// hidden but the last; two slaves halve the compute.
     #[test]
     fn independent_tasks_hide_all_endings_but_the_last() {
-        let tasks: Vec<_> = (0..4).map(|_| task(1.0, 0.25, vec![], 0)).collect();
+        let tasks: Vec<_> = (0..4).map(|_| task(1.0, 0.25, vec![])).collect();
         assert!((makespan(&tasks, 1, 1, &ONE) - 4.25).abs() < 1e-12);
         // Two: the second pair's endings queue behind each other.
         assert!((makespan(&tasks, 2, 1, &ONE) - 2.5).abs() < 1e-12);
         // Endings longer than the foreground queue at the one store.
-        let slow: Vec<_> = (0..4).map(|_| task(1.0, 2.0, vec![], 0)).collect();
+        let slow: Vec<_> = (0..4).map(|_| task(1.0, 2.0, vec![])).collect();
         assert!((makespan(&slow, 4, 1, &ONE) - 9.0).abs() < 1e-12);
         assert!((makespan(&slow, 4, 4, &ONE) - 3.0).abs() < 1e-12);
     }
@@ -268,7 +275,7 @@ mod tests {
     /// commit, whatever the number of slaves.
     #[test]
     fn a_chain_pays_every_ending() {
-        let tasks = vec![task(1.0, 0.5, vec![1], 0), task(1.0, 0.5, vec![2], 1), task(1.0, 0.5, vec![], 1)];
+        let tasks = vec![task(1.0, 0.5, vec![1]), task(1.0, 0.5, vec![2]), task(1.0, 0.5, vec![])];
         for s in 1..4 {
             assert!((makespan(&tasks, s, 1, &ONE) - 4.5).abs() < 1e-12);
         }
@@ -279,7 +286,7 @@ mod tests {
     #[test]
     fn a_join_waits_for_its_last_input() {
         // 0 -> {1, 2} -> 3
-        let tasks = vec![task(1.0, 0.1, vec![1, 2], 0), task(2.0, 0.1, vec![3], 1), task(1.0, 0.1, vec![3], 1), task(1.0, 0.1, vec![], 2)];
+        let tasks = vec![task(1.0, 0.1, vec![1, 2]), task(2.0, 0.1, vec![3]), task(1.0, 0.1, vec![3]), task(1.0, 0.1, vec![])];
         // One slave: 0 [0,1], 1 [1.1,3.1], 2 [3.1,4.1] (1 commits 3.2),
         // 2 commits 4.2, 3 [4.2,5.2], commits 5.3.
         assert!((makespan(&tasks, 1, 1, &ONE) - 5.3).abs() < 1e-9, "{}", makespan(&tasks, 1, 1, &ONE));
@@ -291,7 +298,7 @@ mod tests {
     /// first's commit, which holds its lock.
     #[test]
     fn a_held_counter_waits_for_its_holders_commit() {
-        let mut tasks = vec![task(1.0, 0.5, vec![2], 0), task(1.2, 0.5, vec![2], 0), task(1.0, 0.0, vec![], 2)];
+        let mut tasks = vec![task(1.0, 0.5, vec![2]), task(1.2, 0.5, vec![2]), task(1.0, 0.0, vec![])];
         for t in &mut tasks[..2] {
             t.release = 0.1;
         }
@@ -301,7 +308,6 @@ mod tests {
         assert!((makespan(&tasks, 2, 2, &ONE) - 2.7).abs() < 1e-9, "{}", makespan(&tasks, 2, 2, &ONE));
         // Without the shared counter 2 runs after 0's commit, [1.5, 2.5].
         tasks[1].successors.clear();
-        tasks[2].inputs = 1;
         assert!((makespan(&tasks, 2, 2, &ONE) - 2.5).abs() < 1e-9, "{}", makespan(&tasks, 2, 2, &ONE));
     }
 
@@ -309,7 +315,7 @@ mod tests {
     /// at half speed until the shorter ends.
     #[test]
     fn foregrounds_share_the_cores() {
-        let tasks = vec![task(1.0, 0.0, vec![], 0), task(2.0, 0.0, vec![], 0)];
+        let tasks = vec![task(1.0, 0.0, vec![]), task(2.0, 0.0, vec![])];
         let one_core = |k: u64| k.max(1) as f64;
         // Both at half speed to t = 2 (the first's second of work), then
         // the second alone for its last second.

@@ -48,6 +48,14 @@ pub(crate) struct ReadWaits {
     pub(crate) in_open_wait: Duration,
 }
 
+impl ReadWaits {
+    fn count(&mut self, prefetched: bool, waited: Duration) {
+        let (n, total) = if prefetched { (&mut self.prefetched, &mut self.prefetched_wait) } else { (&mut self.in_open, &mut self.in_open_wait) };
+        *n += 1;
+        *total += waited;
+    }
+}
+
 /// A task's writes that run on the runtime while the task goes on
 /// (write-behind): block puts (the block travels and the node syncs its
 /// file while the slave computes the rest of the task, or the next task),
@@ -199,26 +207,21 @@ impl TaskCtx for StoreCtx<'_> {
         // fetched directly; the announced ones keep streaming.
         self.top_up();
         let started = Instant::now();
-        let b = if let Some(pos) = self.prefetch.running.iter().position(|(r, _)| *r == id) {
+        let running = self.prefetch.running.iter().position(|(r, _)| *r == id);
+        let b = if let Some(pos) = running {
             let (_, h) = self.prefetch.running.remove(pos).expect("position is in range");
             self.top_up();
-            let b = self
-                .rt
+            self.rt
                 .block_on(h)
                 .map_err(|e| ctx_error(StoreError::StoreUnavailable { what: format!("prefetch task failed: {e}") }))?
-                .map_err(ctx_error)?;
-            self.waits.prefetched += 1;
-            self.waits.prefetched_wait += started.elapsed();
-            b
+                .map_err(ctx_error)?
         } else {
             if let Some(pos) = self.prefetch.queued.iter().position(|q| *q == id) {
                 self.prefetch.queued.remove(pos);
             }
-            let b = self.rt.block_on(self.action.get_block(id.matrix.0, id.i, id.j)).map_err(ctx_error)?;
-            self.waits.in_open += 1;
-            self.waits.in_open_wait += started.elapsed();
-            b
+            self.rt.block_on(self.action.get_block(id.matrix.0, id.i, id.j)).map_err(ctx_error)?
         };
+        self.waits.count(running.is_some(), started.elapsed());
         Ok(Block { rows: b.rows, cols: b.cols, data: b.data })
     }
 
