@@ -80,12 +80,19 @@ pub(crate) struct Args {
     /// its lower bound.
     #[arg(long)]
     simulate_dag: bool,
+    /// Extension: the prediction of barrier-step runs (matmul, LU, the
+    /// other Cholesky variants, ray tracing) is each step's tasks
+    /// list-scheduled on the slaves (whole tasks: two slaves take two
+    /// tasks' time over a step of three), not its lower bound.
+    #[arg(long)]
+    simulate_steps: bool,
     /// Store nodes.
     #[arg(long, default_value_t = 1)]
     store_nodes: u64,
     /// This implementation on this machine, as `bench validate` predicts
     /// it: --overlap (one block ahead, write-behind), --slave-reads,
-    /// --diagonal-syrk, --lu-parallel-solves, --simulate-dag, and --cores
+    /// --diagonal-syrk, --lu-parallel-solves, --simulate-dag,
+    /// --simulate-steps, and --cores
     /// (default: this machine's). Other
     /// organisation flags are ignored with it.
     #[arg(long)]
@@ -259,6 +266,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             diagonal_syrk: args.diagonal_syrk,
             lu_parallel_solves: args.lu_parallel_solves,
             simulate_dag: args.simulate_dag,
+            simulate_steps: args.simulate_steps,
             store_nodes: args.store_nodes,
             shared_cpu: args.cores.map(|cores| SharedCpu { cores, store_share: 1.0 }),
             use_bsp: args.bsp,

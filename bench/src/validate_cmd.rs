@@ -25,7 +25,8 @@
 //!   (`Options::lu_parallel_solves`); kernels take their measured times by
 //!   size (`Params::kernels`, LU's dtrsm variants included); the dag
 //!   Cholesky's prediction is its run simulated task by task
-//!   (`Options::simulate_dag`).
+//!   (`Options::simulate_dag`), and the other apps' is each barrier step's
+//!   tasks list-scheduled on the slaves (`Options::simulate_steps`).
 //!
 //! Right before each point the rates its work runs at are measured again
 //! with `bench params`' own code (the ray rate; the kernels at the point's
@@ -128,6 +129,7 @@ pub(crate) fn implementation_options(app: App, s: u64, cores: u64) -> Options {
         diagonal_syrk: true,
         lu_parallel_solves: true,
         simulate_dag: true,
+        simulate_steps: true,
         pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
         ..Options::with_slaves(s)
     }

@@ -335,18 +335,14 @@ pub fn dag_successors(p: u64, r: u64, c: u64) -> Vec<(u64, u64)> {
 pub fn dag_tasks(t: &Primitives, p: u64, ov: crate::schedule::Overlap, o: DagOverhead) -> Vec<crate::simulate::SimTask> {
     // Column-major: columns before `j` hold p + (p−1) + … + (p−j+1) tasks.
     let index = |(i, j): (u64, u64)| (j * p - j * j.saturating_sub(1) / 2 + (i - j)) as usize;
-    let behind = ov.slave && ov.write_behind;
-    let share = if ov.slave { ov.slave_share.clamp(0.0, 1.0) } else { 0.0 };
     (0..p)
         .flat_map(|j| (j..p).map(move |i| (i, j)))
         .map(|(i, j)| {
             let c = if i == j { diag_task(t, j + 1) } else { off_task(t, j + 1) };
-            let reads = c.io() - c.put;
-            let put = if behind { 0.0 } else { c.put };
             crate::simulate::SimTask {
-                foreground: c.comp + reads - share * reads.min(c.comp) + put + o.slave,
+                foreground: c.foreground(ov) + o.slave,
                 release: o.release,
-                ending: c.put - put + o.ending,
+                ending: c.put - c.put_in_foreground(ov) + o.ending,
                 successors: dag_successors(p, i, j).into_iter().map(index).collect(),
             }
         })

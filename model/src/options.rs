@@ -120,6 +120,12 @@ pub struct Options {
     /// tasks' costs ([`crate::cholesky::dag_makespan`]) within its bounds,
     /// not its lower bound (extension).
     pub simulate_dag: bool,
+    /// The point prediction of barrier-step runs (matmul, single-bag and
+    /// multi-step Cholesky, LU, ray tracing) is each step simulated from
+    /// its tasks' costs ([`crate::schedule::Step::simulated`]) within the
+    /// bounds, not the lower bound (extension).
+    #[serde(default)]
+    pub simulate_steps: bool,
     /// `v`, the number of store nodes: divides the store's busy time in the
     /// lower bounds (§5.4) and adds buffers in the memory rules (5.7–5.17).
     pub store_nodes: u64,
@@ -159,6 +165,7 @@ impl Default for Options {
             diagonal_syrk: false,
             lu_parallel_solves: false,
             simulate_dag: false,
+            simulate_steps: false,
             store_nodes: 1,
             shared_cpu: None,
             use_bsp: false,

@@ -261,6 +261,47 @@ impl Step {
     }
 }
 
+impl Step {
+    /// Extension: the step run from its bag by `s` slaves, simulated task
+    /// by task ([`crate::simulate`]), then its barrier's round trips: the
+    /// point prediction between the step's bounds. Tasks are indivisible,
+    /// so two slaves take two tasks' time over a step of three equal tasks
+    /// where `T₁/s` gives one and a half (LU's steps hold `p − k` or
+    /// `p − k + 1` tasks, every other one odd); a foreground takes
+    /// `slowdown(k)` times its time while `k` slaves compute at once, so a
+    /// step's last task runs at the one-slave rate.
+    pub fn simulated(&self, s: u64, ov: Overlap, slowdown: &dyn Fn(u64) -> f64) -> f64 {
+        let tasks: Vec<crate::simulate::SimTask> = self
+            .classes
+            .iter()
+            .flat_map(|c| std::iter::repeat_n(c.cost, c.count as usize))
+            .map(|c| crate::simulate::SimTask { foreground: c.foreground(ov), ending: c.put - c.put_in_foreground(ov), ..Default::default() })
+            .collect();
+        crate::simulate::makespan(&tasks, s, ov.store_nodes, slowdown) + self.barrier.unwrap_or(0.0)
+    }
+}
+
+impl TaskCost {
+    /// Seconds the task holds its slave with slave overlap: its kernels,
+    /// the share of its reads prefetching does not hide, and its writes
+    /// unless they are written behind.
+    pub fn foreground(&self, ov: Overlap) -> f64 {
+        let reads = self.io() - self.put;
+        let share = if ov.slave { ov.slave_share.clamp(0.0, 1.0) } else { 0.0 };
+        self.comp + reads - share * reads.min(self.comp) + self.put_in_foreground(ov)
+    }
+
+    /// The share of [`TaskCost::put`] the slave waits for before its next
+    /// task: all of it unless it writes behind.
+    pub fn put_in_foreground(&self, ov: Overlap) -> f64 {
+        if ov.slave && ov.write_behind {
+            0.0
+        } else {
+            self.put
+        }
+    }
+}
+
 /// Sum of step bounds over barrier-separated steps (3.11).
 pub fn steps_bounds(steps: &[Step], s: u64, ov: Overlap) -> Bounds {
     steps.iter().map(|st| st.bounds(s, ov)).fold(Bounds::default(), |a, b| a + b)
@@ -279,6 +320,49 @@ mod tests {
         let mut s = Step::default();
         s.push(n, TaskCost { disk: get, comp, ..TaskCost::default() });
         s
+    }
+
+    #[test]
+    fn a_simulated_step_runs_whole_tasks() {
+        // Three equal tasks on two slaves: two rounds, not one and a half.
+        let st = step(3, 0.0, 1.0);
+        assert!((st.bounds(2, Overlap::NONE).lwr - 1.5).abs() < 1e-12);
+        assert!((st.simulated(2, Overlap::NONE, &|_| 1.0) - 2.0).abs() < 1e-12);
+        // An even split has no tail; more slaves than tasks, one round.
+        assert!((step(4, 0.0, 1.0).simulated(2, Overlap::NONE, &|_| 1.0) - 2.0).abs() < 1e-12);
+        assert!((st.simulated(8, Overlap::NONE, &|_| 1.0) - 1.0).abs() < 1e-12);
+        // The barrier's round trips come after the last task.
+        let barrier = st.with_barrier(0.25);
+        assert!((barrier.simulated(2, Overlap::NONE, &|_| 1.0) - 2.25).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_simulated_step_lies_within_its_bounds() {
+        let tasks = |n: u64| {
+            let mut st = Step::default();
+            st.push(n, TaskCost { disk: 0.2, net: 0.1, comp: 1.0 + n as f64 / 10.0, put: 0.1, at_slave: 0.05 });
+            st.push(n / 2, TaskCost { disk: 0.1, comp: 0.4, put: 0.05, ..TaskCost::default() });
+            st
+        };
+        for n in 1..=9 {
+            let st = tasks(n);
+            // No overlap: one slave is exactly T₁, more lie within the bounds.
+            assert!((st.simulated(1, Overlap::NONE, &|_| 1.0) - st.t1(Overlap::NONE)).abs() < 1e-9);
+            for s in 2..=4 {
+                let b = st.bounds(s, Overlap::NONE);
+                let sim = st.simulated(s, Overlap::NONE, &|_| 1.0);
+                assert!(sim >= b.lwr - 1e-9 && sim <= b.upr + 1e-9, "n={n} s={s}: {sim} outside {b:?}");
+            }
+            // This slave's overlap: within a task its prefetch hides reads
+            // behind its kernels, which `T₁`'s longest-task floor does not
+            // grant (the prediction is clamped to the bounds); one slave
+            // takes at most `T₁` and its last written-behind put, and more
+            // slaves never take longer.
+            let ov = Overlap { slave: true, slave_share: 0.5, write_behind: true, ..Overlap::NONE };
+            let times: Vec<f64> = (1..=4).map(|s| st.simulated(s, ov, &|_| 1.0)).collect();
+            assert!(times[0] <= st.t1(ov) + 0.1 + 1e-9, "n={n}: {} vs T1 {}", times[0], st.t1(ov));
+            assert!(times.windows(2).all(|w| w[1] <= w[0] + 1e-9), "n={n}: {times:?}");
+        }
     }
 
     #[test]

@@ -24,6 +24,7 @@ const INF: Options = Options {
     diagonal_syrk: false,
     lu_parallel_solves: false,
     simulate_dag: false,
+    simulate_steps: false,
     store_nodes: 1,
     shared_cpu: None,
     use_bsp: false,

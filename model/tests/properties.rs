@@ -95,8 +95,8 @@ fn params_strategy() -> impl Strategy<Value = Params> {
 }
 
 fn options_strategy() -> impl Strategy<Value = Options> {
-    (any::<bool>(), any::<bool>(), 1u64..=3, any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
-        |(server, slave, v, slave_reads, syrk, lu_parallel_solves, simulate_dag)| Options {
+    (any::<bool>(), any::<bool>(), 1u64..=3, any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+        |(server, slave, v, slave_reads, syrk, lu_parallel_solves, simulate_dag, simulate_steps)| Options {
             server_double_buffer: server,
             slave_overlap: slave,
             store_nodes: v,
@@ -104,6 +104,7 @@ fn options_strategy() -> impl Strategy<Value = Options> {
             diagonal_syrk: syrk,
             lu_parallel_solves,
             simulate_dag,
+            simulate_steps,
             ..Options::default()
         },
     )

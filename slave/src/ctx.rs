@@ -233,7 +233,9 @@ impl TaskCtx for StoreCtx<'_> {
 
     fn read_block_for_update(&mut self, id: BlockId) -> Result<Block, CtxError> {
         self.writes.settle_block(&self.rt, id)?;
+        let started = Instant::now();
         let b = self.rt.block_on(self.action.get_block_for_update(id.matrix.0, id.i, id.j)).map_err(ctx_error)?;
+        self.waits.count(false, started.elapsed());
         Ok(Block { rows: b.rows, cols: b.cols, data: b.data })
     }
 
