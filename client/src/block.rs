@@ -39,8 +39,37 @@ impl BlockHeader {
     }
 }
 
+/// CRC-32C (Castagnoli) of a block's payload, as the header stores it.
 pub fn checksum(payload: &[u8]) -> u32 {
-    crc32c::crc32c(payload)
+    // `crc-fast` picks the carry-less multiply kernels this CPU has at run
+    // time: 9.0 µs per 512 KiB here against 18.6 with the SSE4.2 `crc32`
+    // instruction (the `crc32c` crate), the same value. A warm local get
+    // reads and checks each block, so this is a fifth of its time.
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, payload) as u32
+}
+
+/// [`checksum`] over a payload that arrives in pieces.
+pub struct Checksum(crc_fast::Digest);
+
+impl Checksum {
+    pub fn new() -> Self {
+        Checksum(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi))
+    }
+
+    pub fn update(&mut self, piece: &[u8]) {
+        self.0.update(piece);
+    }
+
+    /// The checksum of every piece so far, in order.
+    pub fn value(&self) -> u32 {
+        self.0.finalize() as u32
+    }
+}
+
+impl Default for Checksum {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// The header at the start of a stored value, if it is one (magic only:

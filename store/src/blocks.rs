@@ -296,7 +296,7 @@ async fn write_pieces(
     let mut writing: Option<Writing> = None;
     let mut spare: Option<Vec<u8>> = None;
     let mut failed: Option<std::io::Error> = None;
-    let (mut crc, mut received, mut offset) = (0u32, 0u64, 0u64);
+    let (mut crc, mut received, mut offset) = (block::Checksum::new(), 0u64, 0u64);
     while received < payload {
         let mut buf = spare.take().unwrap_or_else(|| Vec::with_capacity(HEADER_LEN + PIECE.min(payload as usize)));
         buf.clear();
@@ -310,10 +310,10 @@ async fn write_pieces(
         if let Err(e) = read {
             return (staging, Err(e));
         }
-        crc = crc32c::crc32c_append(crc, &buf[start..]);
+        crc.update(&buf[start..]);
         received += want;
         let last = received == payload;
-        if failed.is_some() || (last && crc != header.crc32c) {
+        if failed.is_some() || (last && crc.value() != header.crc32c) {
             // Keep reading to stay in step; write no more.
             spare = Some(buf);
             continue;
@@ -347,7 +347,7 @@ async fn write_pieces(
     }
     let outcome = match failed {
         Some(e) => Err(Piece::Io(e)),
-        None if crc != header.crc32c => Err(Piece::Checksum),
+        None if crc.value() != header.crc32c => Err(Piece::Checksum),
         None => Ok(()),
     };
     (staging, Ok(outcome))

@@ -308,7 +308,7 @@ fn read_version_file(file: &std::fs::File, header: block::BlockHeader, name: &st
     let mut data: Vec<f64> = Vec::with_capacity(values);
     let base = data.as_mut_ptr() as *mut u8;
     let failed = |why: String| StoreError::Corrupt { what: format!("{name}: reading its version file: {why}") };
-    let mut crc = 0u32;
+    let mut crc = block::Checksum::new();
     let mut done = 0;
     while done < len {
         let want = READ_PIECE.min(len - done);
@@ -318,7 +318,7 @@ fn read_version_file(file: &std::fs::File, header: block::BlockHeader, name: &st
             n if n > 0 => {
                 // SAFETY: `pread` initialised these `n` bytes.
                 let got = unsafe { std::slice::from_raw_parts(base.add(done), n as usize) };
-                crc = crc32c::crc32c_append(crc, got);
+                crc.update(got);
                 done += n as usize;
             }
             0 => return Err(failed("the file ends before the block does".into())),
@@ -330,7 +330,7 @@ fn read_version_file(file: &std::fs::File, header: block::BlockHeader, name: &st
             }
         }
     }
-    if crc != header.crc32c {
+    if crc.value() != header.crc32c {
         return Err(StoreError::Corrupt { what: format!("{name}: checksum mismatch") });
     }
     // SAFETY: `pread` wrote all `len` bytes, and any bit pattern is an f64.
