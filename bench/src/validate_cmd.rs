@@ -35,7 +35,8 @@
 //! everything else comes from the parameter file. (Re-measuring the puts
 //! as well, through a fresh node, was tried and left out: right after its
 //! start a node's new 2 MiB puts ran at 318 MB/s, where `bench params` had
-//! fitted 1098 MB/s minutes before.)
+//! fitted 1098 MB/s minutes before: its pages were fresh ones, each a
+//! host fault on this VM, see `store/src/files.rs`.)
 //!
 //! The error is `(predicted − measured) / measured`; the target is 10 %
 //! for every point (issue 6).
