@@ -392,20 +392,38 @@ fn sweep_kernels(sizes: &[usize], min_secs: f64) -> KernelSweep {
 /// and 384² rates predicted the validation's 1024² jobs 7–14 % too slow.
 /// (One render of 0.14 s read 258k pixel/s on a machine where the jobs
 /// ran at 364k: hence three passes.)
-pub(crate) fn ray_rate(side: u32, quick: bool) -> anyhow::Result<f64> {
+///
+/// Also the bands' relative costs, top to bottom (`Params::ray_profile`),
+/// from the same pass: the scene's rows are far from equal.
+pub(crate) fn ray_rate(side: u32, quick: bool) -> anyhow::Result<RayRate> {
     let (bands, rows, passes) = if quick { (4, 4, 1) } else { (16, 8, 3) };
     let p = apps::raytrace::RenderParams { level: RAY_LEVEL, width: side, height: side, grain: side, samples: RAY_SAMPLES };
     let rows = rows.min(side);
     let firsts: Vec<u32> = (0..bands).map(|k| (side - rows) * k / (bands - 1).max(1)).collect();
-    let mut best = 0.0f64;
+    let mut best = RayRate { pixels_per_s: 0.0, profile: Vec::new() };
     for _ in 0..passes {
-        let t = Instant::now();
+        let mut times = Vec::with_capacity(firsts.len());
         for &first in &firsts {
+            let t = Instant::now();
             let _ = apps::raytrace::render_rows(&p, first, first + rows - 1)?;
+            times.push(t.elapsed().as_secs_f64());
         }
-        best = best.max((firsts.len() as u32 * rows * side) as f64 / t.elapsed().as_secs_f64());
+        let total: f64 = times.iter().sum();
+        let rate = (firsts.len() as u32 * rows * side) as f64 / total;
+        if rate > best.pixels_per_s {
+            let mean = total / times.len() as f64;
+            best = RayRate { pixels_per_s: rate, profile: times.iter().map(|t| t / mean).collect() };
+        }
     }
     Ok(best)
+}
+
+/// One slave's ray-tracing speed on the validation scene.
+pub(crate) struct RayRate {
+    /// Pixels per second over the whole image.
+    pub(crate) pixels_per_s: f64,
+    /// Each sampled band's cost relative to their mean, top to bottom.
+    pub(crate) profile: Vec<f64>,
 }
 
 /// Puts `block` as block `(i, j)` of `matrix` in an action of its own;
@@ -720,8 +738,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     print_sweep("factor (potrf)", "flop", 1e9, &k.factor, &factor);
     print_sweep("factor (getrf)", "flop", 1e9, &k.lu, &lu);
     // The size `bench validate` renders by default.
-    let ray = ray_rate(if args.quick { 256 } else { 1024 }, args.quick)?;
+    let RayRate { pixels_per_s: ray, profile: ray_profile } = ray_rate(if args.quick { 256 } else { 1024 }, args.quick)?;
     eprintln!("ray tracing: {ray:.0} pixels/s (level {RAY_LEVEL}, {RAY_SAMPLES}x{RAY_SAMPLES} samples)");
+    let shown: Vec<String> = ray_profile.iter().map(|w| format!("{w:.2}")).collect();
+    eprintln!("ray tracing: bands' relative costs, top to bottom: {}", shown.join(" "));
 
     let store_blocks: &[usize] = if args.quick { &[32, 64, 128, 256, 512] } else { &[16, 32, 64, 128, 256, 384, 512, 768, 1024] };
     let tmp = tempfile::tempdir()?;
@@ -783,6 +803,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         local_get: Some(local_get),
         bsp: None,
         ray_pixel_rate: Some(ray),
+        ray_profile: Some(ray_profile),
         task_overhead: Some(st.per_task.overhead),
         task_wake: Some(st.per_task.wake),
         dag_release: Some(st.per_task.release),

@@ -151,7 +151,17 @@ pub(crate) fn warm(params: &Params) -> Params {
 /// The thesis's model with these parameters: no per-task overhead, no job
 /// latency, piecewise kernel rates.
 fn thesis_params(params: &Params) -> Params {
-    Params { task_overhead: None, task_wake: None, dag_release: None, job_latency: None, kernels: None, disk_put_overwrite: None, local_get: None, ..warm(params) }
+    Params {
+        task_overhead: None,
+        task_wake: None,
+        dag_release: None,
+        job_latency: None,
+        kernels: None,
+        disk_put_overwrite: None,
+        local_get: None,
+        ray_profile: None,
+        ..warm(params)
+    }
 }
 
 /// CPU seconds (user + system) a process used so far, from /proc.
@@ -290,9 +300,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             // this block size (over the file's points of that size). The
             // points then test the model, not the host's drift.
             let now = if case.model == App::Raytrace {
-                let rate = crate::params_cmd::ray_rate(case.n as u32, args.quick)?;
-                eprintln!("ray rate now {rate:.0} pixel/s (parameter file {:.0})", params.ray_rate());
-                Params { ray_pixel_rate: Some(rate), ..params.clone() }
+                let ray = crate::params_cmd::ray_rate(case.n as u32, args.quick)?;
+                eprintln!("ray rate now {:.0} pixel/s (parameter file {:.0})", ray.pixels_per_s, params.ray_rate());
+                Params { ray_pixel_rate: Some(ray.pixels_per_s), ray_profile: Some(ray.profile), ..params.clone() }
             } else {
                 let kernels = crate::params_cmd::kernels_now(b as usize, args.quick);
                 let file = params.kernels.clone().unwrap_or_default();

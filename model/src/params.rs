@@ -145,6 +145,13 @@ pub struct Params {
     /// 512² pixels in 1130 s (§4.8.2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ray_pixel_rate: Option<f64>,
+    /// Ray tracing (extension): the relative cost of equal horizontal
+    /// bands of the image, top to bottom; a task's rows cost their bands'
+    /// share of `ray_pixel_rate`'s average ("balls" at 1024², 8 tasks: the
+    /// top one costs a quarter of the average, the fifth 1.4 times it).
+    /// Absent: every row costs the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ray_profile: Option<Vec<f64>>,
     /// Extension: seconds every task pays whatever its blocks: the slave's
     /// begin, dequeue, task-done record and commit round trips and the
     /// store's synced commit (measured by `bench params` as an empty task).
@@ -239,6 +246,7 @@ impl Params {
             local_get: None,
             bsp: None,
             ray_pixel_rate: None,
+            ray_profile: None,
             task_overhead: None,
             task_wake: None,
             dag_release: None,
@@ -318,6 +326,23 @@ impl Params {
         self.ray_pixel_rate.unwrap_or(THESIS_RAY_PIXEL_RATE)
     }
 
+    /// The cost of rows `first..first + rows` of a `side`-row image
+    /// relative to the image's average row, from [`Params::ray_profile`]
+    /// (each band stands for an equal share of the rows); 1 without one.
+    pub fn ray_rows_weight(&self, first: u64, rows: u64, side: u64) -> f64 {
+        let Some(bands) = self.ray_profile.as_deref().filter(|b| !b.is_empty() && rows > 0 && side > 0) else { return 1.0 };
+        let k = bands.len() as f64;
+        let mean = bands.iter().sum::<f64>() / k;
+        // The rows as a span of band units, integrated band by band.
+        let (lo, hi) = (first as f64 / side as f64 * k, ((first + rows) as f64 / side as f64 * k).min(k));
+        let covered: f64 = bands.iter().enumerate().map(|(i, &w)| w * (hi.min(i as f64 + 1.0) - lo.max(i as f64)).max(0.0)).sum();
+        if hi > lo {
+            covered / (hi - lo) / mean
+        } else {
+            1.0
+        }
+    }
+
     /// Checks every rate and threshold.
     pub fn validate(&self) -> Result<(), ParamsError> {
         self.multiply.validate("multiply")?;
@@ -367,6 +392,11 @@ impl Params {
         if let Some(k) = &self.kernels {
             k.validate()?;
         }
+        for &w in self.ray_profile.iter().flatten() {
+            if !(w.is_finite() && w > 0.0) {
+                return Err(ParamsError::Invalid { name: "ray_profile".into(), value: w, reason: "every band's cost must be finite and > 0" });
+            }
+        }
         if let Some(r) = self.ray_pixel_rate {
             if !(r.is_finite() && r > 0.0) {
                 return Err(ParamsError::Invalid {
@@ -397,6 +427,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_rays_rows_cost_their_bands_share() {
+        let mut p = Params::thesis_fast();
+        assert_eq!(p.ray_rows_weight(0, 10, 100), 1.0, "no profile: every row the same");
+        // Two bands, the top one a third of the bottom one's cost.
+        p.ray_profile = Some(vec![1.0, 3.0]);
+        assert!((p.ray_rows_weight(0, 50, 100) - 0.5).abs() < 1e-12);
+        assert!((p.ray_rows_weight(50, 50, 100) - 1.5).abs() < 1e-12);
+        // A span across both: a quarter of it in the top band.
+        assert!((p.ray_rows_weight(25, 50, 100) - 1.0).abs() < 1e-12);
+        assert!((p.ray_rows_weight(40, 20, 100) - 1.0).abs() < 1e-12);
+        assert!((p.ray_rows_weight(0, 100, 100) - 1.0).abs() < 1e-12);
+        // The whole image costs its rows at the average rate, however split.
+        p.ray_profile = Some(vec![0.2, 0.9, 1.4, 1.1, 0.7]);
+        for grain in [1u64, 7, 33, 100, 1000] {
+            let total: f64 = (0..1000u64.div_ceil(grain)).map(|k| p.ray_rows_weight(k * grain, grain.min(1000 - k * grain), 1000) * grain.min(1000 - k * grain) as f64).sum();
+            assert!((total - 1000.0).abs() < 1e-6, "grain {grain}: {total}");
+        }
+        p.ray_profile = Some(vec![1.0, -1.0]);
+        assert!(p.validate().is_err());
+    }
+
+    #[test]
     fn below_threshold_costs_the_threshold() {
         let p = Piecewise::new(2.0, 10.0);
         assert_eq!(p.cost(1.0), 5.0);
@@ -411,6 +463,7 @@ mod tests {
         p.disk_get_cached = Some(Piecewise::new(1e9, 0.0));
         p.task_overhead = Some(2.5e-3);
         p.job_latency = Some(0.2);
+        p.ray_profile = Some(vec![0.5, 1.5]);
         let text = p.to_toml_string().unwrap();
         assert_eq!(Params::from_toml_str(&text).unwrap(), p);
     }

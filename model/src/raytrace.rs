@@ -50,14 +50,16 @@ fn grains(rows: u64, grain: u64) -> impl Iterator<Item = u64> {
 /// and network), plus `Options::raytrace_task_overhead` per task.
 pub fn steps(params: &Params, side: u64, grain: u64, options: &Options, slowdown: f64) -> Vec<Step> {
     let mut st = Step::default();
-    for rows in grains(side, grain) {
+    for (k, rows) in grains(side, grain).enumerate() {
         let bytes = options.pixel_bytes * (rows * side) as f64;
+        // In the bag's order, top to bottom, each grain at its rows' cost.
+        let weight = params.ray_rows_weight(k as u64 * grain, rows, side);
         st.push(
             1,
             TaskCost {
                 disk: params.disk_put.cost(bytes),
                 net: params.network.cost(bytes),
-                comp: slowdown * (rows * side) as f64 / params.ray_rate() + options.raytrace_task_overhead,
+                comp: slowdown * weight * (rows * side) as f64 / params.ray_rate() + options.raytrace_task_overhead,
                 put: params.disk_put.cost(bytes) + params.network.cost(bytes),
                 at_slave: 0.0,
             },
@@ -83,4 +85,23 @@ pub fn volumes(side: u64, grain: u64, options: &Options) -> Volumes {
 pub fn memory_per_slave(side: u64, grain: u64, options: &Options) -> f64 {
     let k = if options.slave_overlap { 2.0 } else { 1.0 };
     k * options.pixel_bytes * (grain.min(side) * side) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::Overlap;
+
+    /// Unequal rows leave T₁ alone and make two slaves' run longer than an
+    /// even split: the bag hands out grains top to bottom.
+    #[test]
+    fn unequal_rows_keep_t1_and_lengthen_a_parallel_run() {
+        let even = crate::Params::thesis_fast();
+        let skewed = crate::Params { ray_profile: Some(vec![0.2, 0.8, 1.1, 1.0, 1.4, 1.2, 1.0, 1.3]), ..even.clone() };
+        let o = Options::default();
+        let (a, b) = (&steps(&even, 1024, 128, &o, 1.0)[0], &steps(&skewed, 1024, 128, &o, 1.0)[0]);
+        assert!((a.t1(Overlap::NONE) - b.t1(Overlap::NONE)).abs() < 1e-9 * a.t1(Overlap::NONE));
+        let (ra, rb) = (a.simulated(2, Overlap::NONE, &|_| 1.0), b.simulated(2, Overlap::NONE, &|_| 1.0));
+        assert!(rb > ra * 1.03, "skewed rows {rb} against even {ra}");
+    }
 }
