@@ -138,6 +138,14 @@ fn shared_slowdown(free: &Shape, p: u64, slaves: u64, ov: Overlap, c: SharedCpu)
     sharing(free, p, slaves, ov, c).slowdown(slaves)
 }
 
+/// Each step at the slow-down it runs at: `many`'s (the cores shared by
+/// every slave) where the step has work for more than one slave, `one`'s
+/// (the one-slave slow-down) for a step of one task (a factor, the last
+/// multiply), which runs with the other slaves idle.
+fn as_shared<'a>(many: &'a [Step], one: &'a [Step]) -> impl Iterator<Item = &'a Step> {
+    many.iter().zip(one).map(|(m, o)| if m.n_tasks() == 1 { o } else { m })
+}
+
 /// The machine as `slaves` slaves share it: the store's cores scaled by
 /// the fraction of the run it is busy.
 fn sharing(free: &Shape, p: u64, slaves: u64, ov: Overlap, c: SharedCpu) -> SharedCpu {
@@ -353,13 +361,10 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
     let with_s = if options.shared_cpu.is_some() { shape(app, params, n, b, options, slowdown(s))? } else { free };
     let t_s = match (&with_s, &single) {
         // Extension: the cores are shared only among the slaves that have
-        // work. A barrier step of one task (a factor, the last multiply)
-        // runs with the other slaves idle, at the one-slave slow-down.
-        (Shape::Steps(many), Shape::Steps(one)) if options.shared_cpu.is_some() => many
-            .iter()
-            .zip(one)
-            .map(|(m, o)| if m.n_tasks() == 1 { o.bounds(s, ov) } else { m.bounds(s, ov) })
-            .fold(Bounds::default(), |a, b| a + b),
+        // work ([`as_shared`]).
+        (Shape::Steps(many), Shape::Steps(one)) if options.shared_cpu.is_some() => {
+            as_shared(many, one).map(|st| st.bounds(s, ov)).fold(Bounds::default(), |a, b| a + b)
+        }
         // Extension: the chain of dependent tasks runs at the one-slave
         // slow-down. While it is the only work, the other slaves idle and
         // the cores are not shared; a lower bound takes the faster case.
@@ -373,10 +378,7 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
     // with two slaves at b = 256 and 512 ran 15–18 % over the sum of its
     // steps' lower bounds, which split each step's tasks evenly).
     let steps_run = match (&with_s, &single) {
-        (Shape::Steps(many), Shape::Steps(one)) if options.simulate_steps => {
-            let each = |(m, o): (&Step, &Step)| if m.n_tasks() == 1 { o.simulated(s, ov, &|_| 1.0) } else { m.simulated(s, ov, &|_| 1.0) };
-            Some(many.iter().zip(one).map(each).sum::<f64>())
-        }
+        (Shape::Steps(many), Shape::Steps(one)) if options.simulate_steps => Some(as_shared(many, one).map(|st| st.simulated(s, ov)).sum::<f64>()),
         _ => None,
     };
 

@@ -101,7 +101,7 @@ mod tests {
         let o = Options::default();
         let (a, b) = (&steps(&even, 1024, 128, &o, 1.0)[0], &steps(&skewed, 1024, 128, &o, 1.0)[0]);
         assert!((a.t1(Overlap::NONE) - b.t1(Overlap::NONE)).abs() < 1e-9 * a.t1(Overlap::NONE));
-        let (ra, rb) = (a.simulated(2, Overlap::NONE, &|_| 1.0), b.simulated(2, Overlap::NONE, &|_| 1.0));
+        let (ra, rb) = (a.simulated(2, Overlap::NONE), b.simulated(2, Overlap::NONE));
         assert!(rb > ra * 1.03, "skewed rows {rb} against even {ra}");
     }
 }

@@ -267,17 +267,16 @@ impl Step {
     /// point prediction between the step's bounds. Tasks are indivisible,
     /// so two slaves take two tasks' time over a step of three equal tasks
     /// where `T₁/s` gives one and a half (LU's steps hold `p − k` or
-    /// `p − k + 1` tasks, every other one odd); a foreground takes
-    /// `slowdown(k)` times its time while `k` slaves compute at once, so a
-    /// step's last task runs at the one-slave rate.
-    pub fn simulated(&self, s: u64, ov: Overlap, slowdown: &dyn Fn(u64) -> f64) -> f64 {
+    /// `p − k + 1` tasks, every other one odd). The step's costs carry
+    /// their slow-down already, as its bounds' do.
+    pub fn simulated(&self, s: u64, ov: Overlap) -> f64 {
         let tasks: Vec<crate::simulate::SimTask> = self
             .classes
             .iter()
             .flat_map(|c| std::iter::repeat_n(c.cost, c.count as usize))
             .map(|c| crate::simulate::SimTask { foreground: c.foreground(ov), ending: c.put - c.put_in_foreground(ov), ..Default::default() })
             .collect();
-        crate::simulate::makespan(&tasks, s, ov.store_nodes, slowdown) + self.barrier.unwrap_or(0.0)
+        crate::simulate::makespan(&tasks, s, ov.store_nodes, &|_| 1.0) + self.barrier.unwrap_or(0.0)
     }
 }
 
@@ -327,13 +326,13 @@ mod tests {
         // Three equal tasks on two slaves: two rounds, not one and a half.
         let st = step(3, 0.0, 1.0);
         assert!((st.bounds(2, Overlap::NONE).lwr - 1.5).abs() < 1e-12);
-        assert!((st.simulated(2, Overlap::NONE, &|_| 1.0) - 2.0).abs() < 1e-12);
+        assert!((st.simulated(2, Overlap::NONE) - 2.0).abs() < 1e-12);
         // An even split has no tail; more slaves than tasks, one round.
-        assert!((step(4, 0.0, 1.0).simulated(2, Overlap::NONE, &|_| 1.0) - 2.0).abs() < 1e-12);
-        assert!((st.simulated(8, Overlap::NONE, &|_| 1.0) - 1.0).abs() < 1e-12);
+        assert!((step(4, 0.0, 1.0).simulated(2, Overlap::NONE) - 2.0).abs() < 1e-12);
+        assert!((st.simulated(8, Overlap::NONE) - 1.0).abs() < 1e-12);
         // The barrier's round trips come after the last task.
         let barrier = st.with_barrier(0.25);
-        assert!((barrier.simulated(2, Overlap::NONE, &|_| 1.0) - 2.25).abs() < 1e-12);
+        assert!((barrier.simulated(2, Overlap::NONE) - 2.25).abs() < 1e-12);
     }
 
     #[test]
@@ -347,10 +346,10 @@ mod tests {
         for n in 1..=9 {
             let st = tasks(n);
             // No overlap: one slave is exactly T₁, more lie within the bounds.
-            assert!((st.simulated(1, Overlap::NONE, &|_| 1.0) - st.t1(Overlap::NONE)).abs() < 1e-9);
+            assert!((st.simulated(1, Overlap::NONE) - st.t1(Overlap::NONE)).abs() < 1e-9);
             for s in 2..=4 {
                 let b = st.bounds(s, Overlap::NONE);
-                let sim = st.simulated(s, Overlap::NONE, &|_| 1.0);
+                let sim = st.simulated(s, Overlap::NONE);
                 assert!(sim >= b.lwr - 1e-9 && sim <= b.upr + 1e-9, "n={n} s={s}: {sim} outside {b:?}");
             }
             // This slave's overlap: within a task its prefetch hides reads
@@ -359,7 +358,7 @@ mod tests {
             // takes at most `T₁` and its last written-behind put, and more
             // slaves never take longer.
             let ov = Overlap { slave: true, slave_share: 0.5, write_behind: true, ..Overlap::NONE };
-            let times: Vec<f64> = (1..=4).map(|s| st.simulated(s, ov, &|_| 1.0)).collect();
+            let times: Vec<f64> = (1..=4).map(|s| st.simulated(s, ov)).collect();
             assert!(times[0] <= st.t1(ov) + 0.1 + 1e-9, "n={n}: {} vs T1 {}", times[0], st.t1(ov));
             assert!(times.windows(2).all(|w| w[1] <= w[0] + 1e-9), "n={n}: {times:?}");
         }

@@ -50,8 +50,8 @@
 //! 35 overwrites, and the node's request handling waited behind them). So
 //! the spares thread, at the lowest priority, also keeps a few spares
 //! warm ([`WARM_BYTES`] in all, for values up to [`WARM_MAX_LEN`]): it
-//! writes zeros over the length of the latest put, unsynced, which puts the pages in the page cache outside
-//! any put; a put then writes over cached pages, as over a recycled
+//! writes zeros over the length of the latest put, unsynced, which puts
+//! the pages in the page cache outside any put; a put then writes over cached pages, as over a recycled
 //! version, and its sync writes its own data (the zeros never reach the
 //! disk unless a warm spare waits longer than the kernel's writeback
 //! delay). Warming by reading a sparse file through instead left small
@@ -91,8 +91,9 @@ pub(crate) const RESERVE_FOR_PUTS: u64 = 16 << 20;
 /// the puts left.
 pub(crate) const RESERVE_FOR_BATCHES: u64 = 1 << 20;
 
-/// Page cache the warm spares hold at most (clean zero pages, which the
-/// kernel may reclaim): 32 spares of b = 512, 2 of b = 2048.
+/// Page cache the warm spares hold at most (zero pages, written but not
+/// synced): 32 spares of b = 512 (larger values get none, see
+/// [`WARM_MAX_LEN`]).
 pub(crate) const WARM_BYTES: u64 = 64 << 20;
 /// Warm spares kept at most, whatever their size.
 const WARM_SPARES: usize = 32;
@@ -145,8 +146,8 @@ pub(crate) struct BlockFiles {
     refills: Mutex<Option<mpsc::SyncSender<()>>>,
     /// Replaced versions kept for the next puts to overwrite.
     recycled: Mutex<Recycled>,
-    /// Spares whose pages are in the page cache: each id and its (sparse)
-    /// length. Handed out before the empty ones.
+    /// Spares whose pages are in the page cache (zeros, unsynced): each id
+    /// and its length. Handed out before the empty ones.
     warm: Mutex<Vec<(Uuid, u64)>>,
     /// The length of the latest put's value: what the spares are warmed to.
     last_len: AtomicU64,
@@ -405,10 +406,10 @@ impl BlockFiles {
     /// Warms empty spares until [`WARM_BYTES`] (at most [`WARM_SPARES`]) of
     /// them hold the latest put's length in the page cache: zeros written
     /// over it, unsynced. Nothing before the first put, nor for values
-    /// longer than [`WARM_MAX_LEN`], nor when the disk
-    /// has less than [`WARM_BYTES`] to spare beyond [`RESERVE_FOR_PUTS`]
-    /// (the zeros take disk space until a put writes over them). Returns
-    /// how many it warmed.
+    /// longer than [`WARM_MAX_LEN`], nor when the disk has less than four
+    /// times [`WARM_BYTES`] free beyond [`RESERVE_FOR_PUTS`] (the zeros
+    /// take disk space until a put writes over them). Returns how many it
+    /// warmed.
     pub(crate) fn warm_up(&self) -> std::io::Result<usize> {
         use std::os::unix::fs::FileExt;
         let len = self.last_len.load(Ordering::Relaxed);
@@ -422,15 +423,7 @@ impl BlockFiles {
         let mut warmed = 0;
         while self.warm.lock().unwrap_or_else(|e| e.into_inner()).len() < want {
             let Some(version) = self.spares.lock().unwrap_or_else(|e| e.into_inner()).pop() else { break };
-            let warmed_one = OpenOptions::new().write(true).open(self.path(version)).and_then(|f| {
-                let mut at = 0;
-                while at < len {
-                    let n = zeros.len().min((len - at) as usize);
-                    f.write_all_at(&zeros[..n], at)?;
-                    at += n as u64;
-                }
-                Ok(())
-            });
+            let warmed_one = OpenOptions::new().write(true).open(self.path(version)).and_then(|f| f.write_all_at(&zeros, 0));
             match warmed_one {
                 Ok(()) => {
                     self.warm.lock().unwrap_or_else(|e| e.into_inner()).push((version, len));
