@@ -114,11 +114,26 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     continue;
                 };
                 match node.open_block(action, key, mode).await {
-                    Ok((header, file)) => {
-                        let mut reply = Reply { ok: true, len: HEADER_LEN as u64 }.encode().to_vec();
-                        reply.extend_from_slice(&header.encode());
-                        fdpass::send_with_fd(unix, &reply, file.as_fd()).await?;
-                    }
+                    Ok((header, file)) => send_files(unix, &[(header, file)]).await?,
+                    Err(e) => send_error(&mut s, &e).await?,
+                }
+            }
+            Op::GetLocalMany => {
+                if req.rows == 0 || req.rows > wire::MAX_MANY || req.cols > 1 {
+                    let e = StoreError::InvalidArgument { what: format!("a get of {} blocks (at most {})", req.rows, wire::MAX_MANY) };
+                    send_error(&mut s, &e).await?;
+                    return Err(ConnError::Refused(e.to_string()));
+                }
+                let mut body = vec![0u8; req.rows as usize * 8];
+                s.read_exact(&mut body).await?;
+                let mode = if req.cols == 0 { LockMode::Read } else { LockMode::Write };
+                let Some(unix) = s.unix() else {
+                    let e = StoreError::InvalidArgument { what: "a local get needs the node's Unix socket".into() };
+                    send_error(&mut s, &e).await?;
+                    continue;
+                };
+                match open_blocks(node, action, req.matrix, &wire::decode_many(&body), mode).await {
+                    Ok(files) => send_files(unix, &files).await?,
                     Err(e) => send_error(&mut s, &e).await?,
                 }
             }
@@ -153,6 +168,34 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
             }
         }
     }
+}
+
+/// Opens the blocks in order under `action`'s locks; the first that fails
+/// fails them all (the locks taken before it stay with the action, as
+/// after the same gets one by one).
+async fn open_blocks(
+    node: &Arc<Node>,
+    action: Option<ActionId>,
+    matrix: uuid::Uuid,
+    blocks: &[(u32, u32)],
+    mode: LockMode,
+) -> Result<Vec<(BlockHeader, std::fs::File)>, StoreError> {
+    let mut files = Vec::with_capacity(blocks.len());
+    for &(i, j) in blocks {
+        files.push(node.open_block(action, BlockKey { matrix, i, j }, mode).await?);
+    }
+    Ok(files)
+}
+
+/// Answers a local get: the blocks' headers, their files' descriptors
+/// with them.
+async fn send_files(unix: &tokio::net::UnixStream, files: &[(BlockHeader, std::fs::File)]) -> std::io::Result<()> {
+    let mut reply = Reply { ok: true, len: (files.len() * HEADER_LEN) as u64 }.encode().to_vec();
+    for (header, _) in files {
+        reply.extend_from_slice(&header.encode());
+    }
+    let fds: Vec<_> = files.iter().map(|(_, f)| f.as_fd()).collect();
+    fdpass::send_with_fds(unix, &reply, &fds).await
 }
 
 /// Runs a unary call the data plane carries (`Op::Call`) with the gRPC

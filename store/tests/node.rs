@@ -88,6 +88,59 @@ async fn blocks_round_trip_with_read_your_own_writes_and_abort_discards() {
     }
 }
 
+/// A get of many blocks (more than one exchange carries, in an order of
+/// the caller's) returns each block where it was asked for, holds their
+/// read locks like single gets, and fails as a whole on a bad block.
+#[tokio::test]
+async fn many_blocks_come_back_in_the_order_asked_under_read_locks() {
+    for path in PATHS {
+        let n = node_over(path).await;
+        // 3 × 30 blocks of 8², the last row and column cut short.
+        let m = n.client.create_matrix("M", 21, 235, 8).await.unwrap();
+        let (rows, cols) = (m.n_rows.div_ceil(8) as u32, m.n_cols.div_ceil(8) as u32);
+        let shape = |i: u32, j: u32| ((21 - 8 * i as usize).min(8), (235 - 8 * j as usize).min(8));
+        let s = n.client.open_session("t").await.unwrap();
+        let w = s.begin().await.unwrap();
+        for i in 0..rows {
+            for j in 0..cols {
+                let (r, c) = shape(i, j);
+                w.put_block(m.id, i, j, block(r, c, (100 * i + j) as f64)).await.unwrap();
+            }
+        }
+        w.commit().await.unwrap();
+        // Every block once, column-major and backwards: 90 blocks.
+        let mut ids: Vec<(u32, u32)> = (0..cols).flat_map(|j| (0..rows).map(move |i| (i, j))).collect();
+        ids.reverse();
+        let r = s.begin().await.unwrap();
+        let got = r.get_blocks(m.id, &ids).await.unwrap();
+        assert_eq!(got.len(), ids.len());
+        for (&(i, j), b) in ids.iter().zip(&got) {
+            let (rr, cc) = shape(i, j);
+            assert_eq!(*b, block(rr, cc, (100 * i + j) as f64), "{path:?}: block ({i}, {j})");
+        }
+        assert_eq!(n.client.read_blocks_committed(m.id, &ids[..5]).await.unwrap(), got[..5].to_vec());
+        // The read locks are held: another action cannot overwrite.
+        let other = s.begin().await.unwrap();
+        let e = other.put_block(m.id, 2, 29, block(5, 3, 0.0)).await.unwrap_err();
+        assert!(matches!(e, StoreError::LockTimeout { .. }), "{path:?}: {e}");
+        other.abort().await.unwrap();
+        // A block outside the matrix fails the whole get with a typed
+        // error; the client goes on working.
+        let e = r.get_blocks(m.id, &[(0, 0), (3, 0)]).await.unwrap_err();
+        assert!(matches!(e, StoreError::InvalidArgument { .. }), "{path:?}: {e}");
+        assert_eq!(r.get_blocks(m.id, &[(1, 1)]).await.unwrap(), vec![block(8, 8, 101.0)]);
+        r.commit().await.unwrap();
+        // A damaged block fails the batch it is in, in every way of reading.
+        n.client.corrupt_block_for_test(m.id, 1, 2).await.unwrap();
+        let r = s.begin().await.unwrap();
+        let e = r.get_blocks(m.id, &[(1, 1), (1, 2)]).await.unwrap_err();
+        assert!(matches!(e, StoreError::Corrupt { .. }), "{path:?}: {e}");
+        let e = n.client.read_blocks_committed(m.id, &[(1, 1), (1, 2)]).await.unwrap_err();
+        assert!(matches!(e, StoreError::Corrupt { .. }), "{path:?}: {e}");
+        r.abort().await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn a_32_mib_block_streams_both_ways() {
     for path in PATHS {
@@ -343,7 +396,10 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
     // A call announcing a body past the limit (not allocated either).
     let mut huge_call = wire::encode_hello(b"");
     huge_call.extend_from_slice(&wire::Request::call(wire::Method::Dequeue, u32::MAX).encode());
-    for garbage in [&b"GET / HTTP/1.1\r\n\r\n"[..], &after_hello, &huge_put, &huge_call] {
+    // A local get of more blocks than one message may pass.
+    let mut huge_many = wire::encode_hello(b"");
+    huge_many.extend_from_slice(&wire::Request { op: wire::Op::GetLocalMany, rows: u32::MAX, ..huge }.encode());
+    for garbage in [&b"GET / HTTP/1.1\r\n\r\n"[..], &after_hello, &huge_put, &huge_call, &huge_many] {
         // 7 s: past the 5 s a silent client gets to say hello.
         assert!(closes_after(data, garbage, Duration::from_secs(7)).await, "the node should close a data connection speaking garbage");
     }
@@ -364,6 +420,7 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
     type Refusal = ((wire::Request, Vec<u8>), fn(&StoreError) -> bool);
     let refused: Vec<Refusal> = vec![
         ((local_get, vec![]), |e| matches!(e, StoreError::InvalidArgument { .. })),
+        (wire::Request::get_local_many(0, m.id, &[(0, 0), (0, 0)], false), |e| matches!(e, StoreError::InvalidArgument { .. })),
         ((unknown_method, vec![]), |e| matches!(e, StoreError::InvalidArgument { .. })),
         (call(wire::Method::Dequeue, vec![0xff; 3]), |e| matches!(e, StoreError::InvalidArgument { .. })),
         (call(wire::Method::Commit, proto::ActionRef { action: 0 }.encode_to_vec()), |e| matches!(e, StoreError::InvalidArgument { .. })),

@@ -189,31 +189,68 @@ impl DataPlane {
     async fn get_local_on(&self, s: &mut Stream, req: &Request) -> Result<Result<BlockData>> {
         let what = || format!("block ({}, {}) of {}", req.i, req.j, req.matrix);
         s.write_all(&req.encode()).await.map_err(|e| self.unavailable(format!("sending a get: {e}")))?;
+        let (header, file) = match self.recv_files(s, 1, &what).await? {
+            Ok(mut files) => files.pop().expect("one file, as checked"),
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(read_block_file(file, header, what()).await)
+    }
+
+    /// Gets blocks of `matrix` in order, under read (`for_update`: write)
+    /// locks of `action` (0: the committed versions, no locks). On the
+    /// node's machine each [`wire::MAX_MANY`] of them take one exchange,
+    /// whose reply hands over all their files; elsewhere they are got one
+    /// by one. Stops at the first that fails.
+    pub(crate) async fn get_many(&self, action: u64, matrix: Uuid, blocks: &[(u32, u32)], for_update: bool) -> Result<Vec<BlockData>> {
+        if !matches!(self.target, Target::Unix(_)) {
+            let mut got = Vec::with_capacity(blocks.len());
+            for &(i, j) in blocks {
+                got.push(self.get(action, matrix, i, j, for_update).await?);
+            }
+            return Ok(got);
+        }
+        let mut got = Vec::with_capacity(blocks.len());
+        for chunk in blocks.chunks(wire::MAX_MANY as usize) {
+            let what = || format!("{} blocks of {matrix} from ({}, {})", chunk.len(), chunk[0].0, chunk[0].1);
+            let (req, body) = Request::get_local_many(action, matrix, chunk, for_update);
+            let mut s = self.checkout().await?;
+            let mut out = req.encode().to_vec();
+            out.extend_from_slice(&body);
+            s.write_all(&out).await.map_err(|e| self.unavailable(format!("sending a get: {e}")))?;
+            let files = self.recv_files(&mut s, chunk.len(), &what).await?;
+            self.give_back(s);
+            for (&(i, j), (header, file)) in chunk.iter().zip(files?) {
+                got.push(read_block_file(file, header, format!("block ({i}, {j}) of {matrix}")).await?);
+            }
+        }
+        Ok(got)
+    }
+
+    /// Reads the reply to a local get of `n` blocks: their headers and
+    /// files. `Err`: the connection is out of step; `Ok`: the node's answer.
+    async fn recv_files(&self, s: &mut Stream, n: usize, what: &(dyn Fn() -> String + Sync)) -> Result<Result<Vec<(block::BlockHeader, std::fs::File)>>> {
         let unix = s.unix().ok_or_else(|| self.unavailable("a local get over TCP".into()))?;
         let mut head = [0u8; REPLY_LEN];
         let read = |e: std::io::Error| self.unavailable(format!("reading {}: {e}", what()));
-        let fd = fdpass::recv_with_fd(unix, &mut head).await.map_err(read)?;
+        let fds = fdpass::recv_with_fds(unix, &mut head).await.map_err(read)?;
         let reply = Reply::decode(&head).map_err(|e| self.unavailable(e.to_string()))?;
         if !reply.ok {
             return Ok(Err(self.read_error(s, reply.len).await?));
         }
-        let mut block_head = [0u8; HEADER_LEN];
-        s.read_exact(&mut block_head).await.map_err(read)?;
-        let (Some(fd), Some(header), true) = (fd, block::decode_header(&block_head), reply.len == HEADER_LEN as u64) else {
-            return Err(self.unavailable(format!("{}: a local get answered without a file or header", what())));
-        };
-        if header.rows > wire::MAX_BLOCK_SIDE || header.cols > wire::MAX_BLOCK_SIDE {
-            return Err(self.unavailable(format!("{}: a block of {}x{}", what(), header.rows, header.cols)));
+        if reply.len != (n * HEADER_LEN) as u64 || fds.len() != n {
+            return Err(self.unavailable(format!("{}: a local get answered with {} bytes and {} files", what(), reply.len, fds.len())));
         }
-        let file = std::fs::File::from(fd);
-        let name = what();
-        if header.payload_len() <= INLINE_READ {
-            return Ok(read_version_file(&file, header, &name));
+        let mut heads = vec![0u8; n * HEADER_LEN];
+        s.read_exact(&mut heads).await.map_err(read)?;
+        let mut files = Vec::with_capacity(n);
+        for (head, fd) in heads.chunks_exact(HEADER_LEN).zip(fds) {
+            let header = block::decode_header(head).filter(|h| h.rows <= wire::MAX_BLOCK_SIDE && h.cols <= wire::MAX_BLOCK_SIDE);
+            let Some(header) = header else {
+                return Err(self.unavailable(format!("{}: a local get answered with a bad block header", what())));
+            };
+            files.push((header, std::fs::File::from(fd)));
         }
-        let data = tokio::task::spawn_blocking(move || read_version_file(&file, header, &name))
-            .await
-            .map_err(|e| StoreError::StoreUnavailable { what: format!("reading a block: {e}") })?;
-        Ok(data)
+        Ok(Ok(files))
     }
 
     /// `Err`: the connection is out of step; `Ok`: the node's answer.
@@ -295,6 +332,17 @@ impl DataPlane {
             Err(e) => Ok(Err(e)),
         }
     }
+}
+
+/// Reads a version file's payload: here when small, on the blocking pool
+/// when large.
+async fn read_block_file(file: std::fs::File, header: block::BlockHeader, name: String) -> Result<BlockData> {
+    if header.payload_len() <= INLINE_READ {
+        return read_version_file(&file, header, &name);
+    }
+    tokio::task::spawn_blocking(move || read_version_file(&file, header, &name))
+        .await
+        .map_err(|e| StoreError::StoreUnavailable { what: format!("reading a block: {e}") })?
 }
 
 /// Reads a version file's payload (after its header) into a new block and

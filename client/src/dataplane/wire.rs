@@ -15,11 +15,16 @@
 //!         call: rows = the method ([`Method`]), cols = the length of the
 //!         protobuf request that follows (at most MAX_CALL_BODY); the
 //!         other fields are zero
+//!         local get of many: rows = the count n (1..=MAX_MANY), cols = 1
+//!         for write locks (0: read locks), i = j = 0; then n × (i u32 | j u32),
+//!         blocks of `matrix`, locked in that order
 //! reply   "FTBR" | status u8 | 0 0 0 | len u64                        (16 bytes)
 //!         ok get: len = 32-byte block header + payload (the stored form)
 //!         ok local get: len = 32, the block header, and the version file's
 //!         descriptor passed with the reply (SCM_RIGHTS; Unix socket only):
 //!         the client reads the payload from it at offset 32
+//!         ok local get of many: len = n × 32, the blocks' headers in
+//!         request order, and their n descriptors passed with the reply
 //!         ok put / hello: len = 0
 //!         ok call: len bytes of the method's protobuf reply
 //!         error: len bytes of ErrorDetail (protobuf), see StoreError::to_detail
@@ -33,8 +38,8 @@ use uuid::Uuid;
 pub const HELLO_MAGIC: [u8; 4] = *b"FTBH";
 pub const REQUEST_MAGIC: [u8; 4] = *b"FTBQ";
 pub const REPLY_MAGIC: [u8; 4] = *b"FTBR";
-/// 2: calls.
-pub const VERSION: u16 = 2;
+/// 2: calls; 3: local gets of many blocks.
+pub const VERSION: u16 = 3;
 pub const REQUEST_LEN: usize = 56;
 pub const REPLY_LEN: usize = 16;
 /// Longest token a hello may carry.
@@ -46,6 +51,9 @@ pub const MAX_BLOCK_SIDE: u32 = 4096;
 pub const MAX_ERROR_LEN: u64 = 1 << 20;
 /// Longest protobuf body a call's request or reply may carry.
 pub const MAX_CALL_BODY: u64 = 64 << 20;
+/// Most blocks one local get of many names: their descriptors travel in
+/// one message (Linux passes at most 253).
+pub const MAX_MANY: u32 = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -62,6 +70,9 @@ pub enum Op {
     GetLocalForUpdate = 5,
     /// A unary gRPC method's request and reply, protobuf-encoded.
     Call = 6,
+    /// Several `GetLocal`s (or `GetLocalForUpdate`s) of one matrix in one
+    /// exchange, answered with all their descriptors (Unix socket).
+    GetLocalMany = 7,
 }
 
 /// The gRPC methods a data-plane call may name: the control calls a
@@ -142,6 +153,7 @@ impl Request {
             4 => Op::GetLocal,
             5 => Op::GetLocalForUpdate,
             6 => Op::Call,
+            7 => Op::GetLocalMany,
             other => return Err(WireError::BadOp(other)),
         };
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
@@ -160,6 +172,13 @@ impl Request {
     /// A call of `method` whose protobuf request is `body_len` bytes.
     pub fn call(method: Method, body_len: u32) -> Request {
         Request { op: Op::Call, action: 0, matrix: Uuid::nil(), i: 0, j: 0, rows: method as u32, cols: body_len, crc32c: 0 }
+    }
+
+    /// A local get of the `blocks` of `matrix` (at most [`MAX_MANY`]),
+    /// with the body that follows it.
+    pub fn get_local_many(action: u64, matrix: Uuid, blocks: &[(u32, u32)], for_update: bool) -> (Request, Vec<u8>) {
+        let req = Request { op: Op::GetLocalMany, action, matrix, i: 0, j: 0, rows: blocks.len() as u32, cols: for_update as u32, crc32c: 0 };
+        (req, blocks.iter().flat_map(|&(i, j)| i.to_le_bytes().into_iter().chain(j.to_le_bytes())).collect())
     }
 
     /// Payload bytes that follow a put.
@@ -202,6 +221,13 @@ pub fn encode_hello(token: &[u8]) -> Vec<u8> {
     b.extend_from_slice(&(token.len() as u16).to_le_bytes());
     b.extend_from_slice(token);
     b
+}
+
+/// The blocks a local get of many names, from its body.
+pub fn decode_many(body: &[u8]) -> Vec<(u32, u32)> {
+    body.chunks_exact(8)
+        .map(|c| (u32::from_le_bytes(c[0..4].try_into().expect("4 bytes")), u32::from_le_bytes(c[4..8].try_into().expect("4 bytes"))))
+        .collect()
 }
 
 /// Checks a hello's fixed 8 bytes; returns the token length to read next.
@@ -248,6 +274,11 @@ mod tests {
         for reply in [Reply { ok: true, len: 1 << 33 }, Reply { ok: false, len: 12 }] {
             assert_eq!(Reply::decode(&reply.encode()), Ok(reply));
         }
+        let blocks = [(0, 1), (7, u32::MAX), (3, 3)];
+        let (r, body) = Request::get_local_many(5, Uuid::new_v4(), &blocks, true);
+        assert_eq!(Request::decode(&r.encode()), Ok(r));
+        assert_eq!((r.rows, r.cols, body.len()), (3, 1, 24));
+        assert_eq!(decode_many(&body), blocks);
         let h = encode_hello(b"secret");
         assert_eq!(decode_hello_head(h[..8].try_into().unwrap()), Ok(6));
     }
@@ -257,6 +288,8 @@ mod tests {
         let mut b = Request { op: Op::Get, action: 1, matrix: Uuid::nil(), i: 0, j: 0, rows: 0, cols: 0, crc32c: 0 }.encode();
         b[4] = 9;
         assert_eq!(Request::decode(&b), Err(WireError::BadOp(9)));
+        b[4] = 0;
+        assert_eq!(Request::decode(&b), Err(WireError::BadOp(0)));
         b[0] = b'X';
         assert!(matches!(Request::decode(&b), Err(WireError::BadMagic(_))));
         let mut r = Reply { ok: true, len: 0 }.encode();
