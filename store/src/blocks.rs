@@ -118,19 +118,20 @@ impl Node {
 
     /// Like [`Node::get_block`], but opens the version's file instead of
     /// reading it, for a client on this machine that reads it itself (the
-    /// data plane passes the descriptor over its Unix socket). The header
-    /// and the file's length are checked here; the payload's checksum is
-    /// checked by the reader. A version file never changes, so the
-    /// descriptor reads this version even after a later commit removes it.
-    pub(crate) async fn open_block(
-        &self,
-        action: Option<ActionId>,
-        key: BlockKey,
-        mode: LockMode,
-    ) -> Result<(BlockHeader, std::fs::File), StoreError> {
-        // A pointer lookup, an open and a 32-byte read: microseconds, less
-        // than the blocking pool's two thread hand-offs.
+    /// data plane passes the descriptor over its Unix socket); its header
+    /// is checked by [`Node::block_header`], the payload's checksum by the
+    /// reader. The file holds this version while the action holds its
+    /// lock (a replaced version's file is overwritten only after that).
+    pub(crate) async fn open_block(&self, action: Option<ActionId>, key: BlockKey, mode: LockMode) -> Result<Arc<std::fs::File>, StoreError> {
+        // A pointer lookup and an open (mostly of a kept file):
+        // microseconds, less than the blocking pool's two thread hand-offs.
         self.with_version(action, key, mode, Work::Inline, move |db, v| db.open_version(v, &|| format!("{key:?}"))).await
+    }
+
+    /// The header of a block [`Node::open_block`] opened, checked against
+    /// the file's length.
+    pub(crate) fn block_header(&self, file: &std::fs::File, key: BlockKey) -> Result<BlockHeader, StoreError> {
+        crate::files::version_header(file, &|| format!("{key:?}"))
     }
 
     /// Takes `action`'s lock on the block, finds the version it sees (its

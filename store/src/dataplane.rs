@@ -113,8 +113,8 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     send_error(&mut s, &e).await?;
                     continue;
                 };
-                match node.open_block(action, key, mode).await {
-                    Ok((header, file)) => send_files(unix, &[(header, file)]).await?,
+                match open_blocks(node, action, key.matrix, &[(key.i, key.j)], mode).await {
+                    Ok(files) => send_files(unix, &files).await?,
                     Err(e) => send_error(&mut s, &e).await?,
                 }
             }
@@ -179,17 +179,19 @@ async fn open_blocks(
     matrix: uuid::Uuid,
     blocks: &[(u32, u32)],
     mode: LockMode,
-) -> Result<Vec<(BlockHeader, std::fs::File)>, StoreError> {
+) -> Result<Vec<(BlockHeader, Arc<std::fs::File>)>, StoreError> {
     let mut files = Vec::with_capacity(blocks.len());
     for &(i, j) in blocks {
         files.push(node.open_block(action, BlockKey { matrix, i, j }, mode).await?);
     }
-    Ok(files)
+    // Headers after all the opens: a header read waits for its file's
+    // first page, and by then every file of the batch is being read.
+    blocks.iter().zip(files).map(|(&(i, j), f)| Ok((node.block_header(&f, BlockKey { matrix, i, j })?, f))).collect()
 }
 
 /// Answers a local get: the blocks' headers, their files' descriptors
 /// with them.
-async fn send_files(unix: &tokio::net::UnixStream, files: &[(BlockHeader, std::fs::File)]) -> std::io::Result<()> {
+async fn send_files(unix: &tokio::net::UnixStream, files: &[(BlockHeader, Arc<std::fs::File>)]) -> std::io::Result<()> {
     let mut reply = Reply { ok: true, len: (files.len() * HEADER_LEN) as u64 }.encode().to_vec();
     for (header, _) in files {
         reply.extend_from_slice(&header.encode());

@@ -253,12 +253,8 @@ impl Db {
         self.files.read(version)
     }
 
-    /// Opens a version's file with its header checked; `None` if it is gone.
-    pub(crate) fn open_version(
-        &self,
-        version: Uuid,
-        what: &dyn Fn() -> String,
-    ) -> Result<Option<(store_client::block::BlockHeader, std::fs::File)>, StoreError> {
+    /// Opens a version's file (its header unchecked); `None` if it is gone.
+    pub(crate) fn open_version(&self, version: Uuid, what: &dyn Fn() -> String) -> Result<Option<Arc<std::fs::File>>, StoreError> {
         self.files.open_version(version, what)
     }
 

@@ -60,7 +60,6 @@
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
-use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -68,6 +67,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
 use store_client::block::{self, BlockHeader, HEADER_LEN};
+
+use crate::open_files::OpenFiles;
 use store_client::StoreError;
 use uuid::Uuid;
 
@@ -152,6 +153,23 @@ pub(crate) struct BlockFiles {
     warm: Mutex<Vec<(Uuid, u64)>>,
     /// The length of the latest put's value: what the spares are warmed to.
     last_len: AtomicU64,
+    /// Versions' files kept open for reads; every removal goes through it.
+    open: OpenFiles,
+}
+
+/// Reads an opened version's header and checks that the file is as long
+/// as the header says.
+pub(crate) fn version_header(f: &File, what: &dyn Fn() -> String) -> Result<BlockHeader, StoreError> {
+    use std::os::unix::fs::FileExt;
+    let corrupt = |why: &str| StoreError::Corrupt { what: format!("{}: {why}", what()) };
+    let mut head = [0u8; HEADER_LEN];
+    f.read_exact_at(&mut head, 0).map_err(|_| corrupt("bad block header"))?;
+    let header = block::decode_header(&head).ok_or_else(|| corrupt("bad block header"))?;
+    let len = f.metadata().map_err(|e| io_error(e, what))?.len();
+    if len != (HEADER_LEN + header.payload_len()) as u64 {
+        return Err(corrupt("payload length does not match the header"));
+    }
+    Ok(header)
 }
 
 /// An I/O error as the store's typed error: a full disk is `StorageFull`.
@@ -237,6 +255,7 @@ impl BlockFiles {
             recycled: Mutex::default(),
             warm: Mutex::default(),
             last_len: AtomicU64::new(0),
+            open: OpenFiles::new(),
         })
     }
 
@@ -291,7 +310,7 @@ impl BlockFiles {
             return match OpenOptions::new().write(true).open(&path) {
                 Ok(file) => Ok(Staging { version, file, len, was }),
                 Err(e) => {
-                    let _ = std::fs::remove_file(&path);
+                    let _ = self.open.unlink(version, &path);
                     Err(io_error(e, || format!("opening recycled block version {version}")))
                 }
             };
@@ -369,7 +388,7 @@ impl BlockFiles {
     pub(crate) fn failed(&self, staging: Staging, e: std::io::Error) -> StoreError {
         let version = staging.version;
         drop(staging);
-        let _ = std::fs::remove_file(self.path(version));
+        let _ = self.open.unlink(version, &self.path(version));
         let error = io_error(e, || format!("writing block version {version}"));
         if matches!(error, StoreError::StorageFull { .. }) {
             self.release_recycled();
@@ -442,45 +461,27 @@ impl BlockFiles {
 
     /// Reads a version's stored form; `None` if there is no such file.
     pub(crate) fn read(&self, version: Uuid) -> Result<Option<Vec<u8>>, StoreError> {
+        use std::os::unix::fs::FileExt;
         let what = || format!("reading block version {version}");
-        let mut f = match File::open(self.path(version)) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_error(e, what)),
-        };
+        let Some(f) = self.open.get(version, &self.path(version)).map_err(|e| io_error(e, what))? else { return Ok(None) };
         let len = f.metadata().map_err(|e| io_error(e, what))?.len() as usize;
-        // One allocation of the exact size, not zeroed: read_to_end fills
-        // spare capacity.
-        let mut value = Vec::with_capacity(len);
-        f.read_to_end(&mut value).map_err(|e| io_error(e, what))?;
+        let mut value = vec![0u8; len];
+        f.read_exact_at(&mut value, 0).map_err(|e| io_error(e, what))?;
         Ok(Some(value))
     }
 
     /// Opens a version for reading by someone else (its descriptor is
-    /// passed on); checks its header and that the file is as long as the
-    /// header says. `None` if there is no such file.
-    pub(crate) fn open_version(&self, version: Uuid, what: &dyn Fn() -> String) -> Result<Option<(BlockHeader, File)>, StoreError> {
-        use std::os::unix::fs::FileExt;
-        let f = match File::open(self.path(version)) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_error(e, what)),
-        };
+    /// passed on) and starts reading it into the page cache; `None` if
+    /// there is no such file. [`version_header`] checks it.
+    pub(crate) fn open_version(&self, version: Uuid, what: &dyn Fn() -> String) -> Result<Option<Arc<File>>, StoreError> {
+        let Some(f) = self.open.get(version, &self.path(version)).map_err(|e| io_error(e, what))? else { return Ok(None) };
         // Whoever reads the payload next finds it in the page cache or on
-        // its way there: a block not in the cache is read in one go, and
-        // the blocks of a batch are all read at once, not one file's
-        // readahead at a time (a hint: failure changes nothing).
-        // SAFETY: a plain syscall on a descriptor this function owns.
+        // its way there; the blocks of a batch, opened before any header
+        // is read, are all on their way at once, not one read at a time
+        // (a hint: failure changes nothing).
+        // SAFETY: a plain syscall on a descriptor this function borrows.
         unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
-        let corrupt = |why: &str| StoreError::Corrupt { what: format!("{}: {why}", what()) };
-        let mut head = [0u8; HEADER_LEN];
-        f.read_exact_at(&mut head, 0).map_err(|_| corrupt("bad block header"))?;
-        let header = block::decode_header(&head).ok_or_else(|| corrupt("bad block header"))?;
-        let len = f.metadata().map_err(|e| io_error(e, what))?.len();
-        if len != (HEADER_LEN + header.payload_len()) as u64 {
-            return Err(corrupt("payload length does not match the header"));
-        }
-        Ok(Some((header, f)))
+        Ok(Some(f))
     }
 
     /// Retires versions no committed pointer names any more (replaced by
@@ -514,7 +515,7 @@ impl BlockFiles {
     /// fine (a sweep or an earlier removal got them).
     pub(crate) fn remove(&self, versions: &[Uuid]) {
         for v in versions {
-            if let Err(e) = std::fs::remove_file(self.path(*v)) {
+            if let Err(e) = self.open.unlink(*v, &self.path(*v)) {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     tracing::warn!("cannot remove block version {v}: {e} (the next open sweeps it)");
                 }
@@ -573,9 +574,12 @@ impl BlockFiles {
         for entry in std::fs::read_dir(&self.dir)? {
             let entry = entry?;
             let name = entry.file_name();
-            let kept = name.to_str().and_then(|n| Uuid::try_parse(n).ok()).is_some_and(|v| keep.contains(&v));
-            if !kept {
-                std::fs::remove_file(entry.path())?;
+            let version = name.to_str().and_then(|n| Uuid::try_parse(n).ok());
+            if !version.is_some_and(|v| keep.contains(&v)) {
+                match version {
+                    Some(v) => self.open.unlink(v, &entry.path())?,
+                    None => std::fs::remove_file(entry.path())?,
+                }
                 removed += 1;
             }
         }

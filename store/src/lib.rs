@@ -21,6 +21,7 @@ mod db;
 mod files;
 mod keys;
 mod node;
+mod open_files;
 mod rpc;
 
 use std::net::SocketAddr;
