@@ -118,13 +118,14 @@ pub(crate) fn this_machine_cores() -> u64 {
 /// The model's options for this implementation with `s` slaves and the
 /// store node on one machine of `cores` cores (the module docs list what
 /// each stands for). Matmul, Cholesky and LU tasks announce their blocks
-/// and the slave prefetches one block ahead while computing (§5.5.2,
-/// within a task).
+/// and the slave prefetches 2 MiB of them, at least one block, ahead while
+/// computing (§5.5.2, within a task).
 pub(crate) fn implementation_options(app: App, s: u64, cores: u64) -> Options {
     Options {
         shared_cpu: Some(SharedCpu { cores, store_share: 1.0 }),
         slave_overlap: matches!(app, App::Matmul | App::Cholesky(_) | App::Lu { .. }),
         slave_overlap_share: model::ONE_BLOCK_AHEAD_OF_PAIRS,
+        slave_prefetch_bytes: model::SLAVE_PREFETCH_BYTES,
         write_behind: true,
         slave_reads: true,
         diagonal_syrk: true,

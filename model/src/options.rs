@@ -92,6 +92,14 @@ pub struct Options {
     /// block of each pair: 0.5 ([`crate::ONE_BLOCK_AHEAD_OF_PAIRS`]).
     #[serde(default = "full_overlap")]
     pub slave_overlap_share: f64,
+    /// With `slave_overlap`: bytes of blocks the slave fetches ahead, at
+    /// least one block (extension; 0: one block, whatever its size). When
+    /// that is two blocks or more, the second block of a pair is fetched
+    /// while the first pair computes, and every read can overlap: the
+    /// share is 1 at those block sizes ([`Options::overlap_share_for`]).
+    /// This implementation's slave: [`crate::SLAVE_PREFETCH_BYTES`].
+    #[serde(default)]
+    pub slave_prefetch_bytes: f64,
     /// With `slave_overlap`: the slave writes behind (extension; this
     /// implementation's slave): a task's block puts run while it and the
     /// next task compute, so every write is hidden, whatever
@@ -160,6 +168,7 @@ impl Default for Options {
             server_double_buffer: false,
             slave_overlap: false,
             slave_overlap_share: 1.0,
+            slave_prefetch_bytes: 0.0,
             write_behind: false,
             slave_reads: false,
             diagonal_syrk: false,
@@ -180,5 +189,17 @@ impl Options {
     /// Default options with `s` slaves.
     pub fn with_slaves(slaves: u64) -> Self {
         Self { slaves, ..Self::default() }
+    }
+
+    /// The share of a slave's reads that overlap its compute with blocks
+    /// of `b`×`b`: 1 when [`Options::slave_prefetch_bytes`] holds two such
+    /// blocks or more, else [`Options::slave_overlap_share`].
+    pub fn overlap_share_for(&self, b: u64) -> f64 {
+        let block_bytes = crate::ELEMENT_BYTES * (b * b) as f64;
+        if self.slave_prefetch_bytes >= 2.0 * block_bytes {
+            1.0
+        } else {
+            self.slave_overlap_share
+        }
     }
 }

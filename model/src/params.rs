@@ -209,11 +209,14 @@ pub const PIXEL_BYTES: f64 = 24.0;
 /// Bytes per pixel this implementation stores (8-bit RGB).
 pub const IMPLEMENTATION_PIXEL_BYTES: f64 = 3.0;
 
-/// [`crate::Options::slave_overlap_share`] of this implementation's slave:
-/// it fetches one block ahead (`slave::ctx::PREFETCH_BLOCKS`) while a
+/// [`crate::Options::slave_overlap_share`] of this implementation's slave
+/// with blocks of 1 MiB and more: it fetches one block ahead while a
 /// matmul or factorisation update reads its blocks in pairs, so the second
 /// block of each pair is read with nothing to overlap it.
 pub const ONE_BLOCK_AHEAD_OF_PAIRS: f64 = 0.5;
+/// [`crate::Options::slave_prefetch_bytes`] of this implementation's slave
+/// (`slave::ctx::PREFETCH_BYTES`): smaller blocks go several ahead.
+pub const SLAVE_PREFETCH_BYTES: f64 = (2 << 20) as f64;
 /// Pixel rate of the thesis's ray tracer: 512² pixels of "balls" in 1130 s
 /// on an HP710 (§4.8.2).
 pub const THESIS_RAY_PIXEL_RATE: f64 = 512.0 * 512.0 / 1130.0;

@@ -298,6 +298,15 @@ impl Shape {
     }
 }
 
+/// Bytes a slave's prefetch budget holds beyond the one block ahead the
+/// apps' memory formulas count (extension: small blocks go several ahead).
+fn prefetched_beyond_one_block(app: App, b: u64, options: &Options) -> f64 {
+    if !options.slave_overlap || app == App::Raytrace {
+        return 0.0;
+    }
+    (options.slave_prefetch_bytes - crate::ELEMENT_BYTES * (b * b) as f64).max(0.0)
+}
+
 /// Predicts a run of `app` on an `n`-sized problem with blocks (or grains)
 /// of `b`, on the machine `params`, organised as `options` says.
 pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> Result<Prediction, ModelError> {
@@ -313,7 +322,7 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
     let ov = Overlap {
         server: options.server_double_buffer,
         slave: options.slave_overlap,
-        slave_share: options.slave_overlap_share,
+        slave_share: options.overlap_share_for(b),
         store_nodes: options.store_nodes.max(1),
         write_behind: options.write_behind,
     };
@@ -394,7 +403,7 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
         App::Cholesky(v) => cholesky::memory_per_slave(b, v, options),
         App::Lu { .. } => lu::memory_per_slave(b, options),
         App::Raytrace => raytrace::memory_per_slave(n, b, options),
-    };
+    } + prefetched_beyond_one_block(app, b, options);
     // Extension: the job's fixed start and finish latency, once per run.
     let latency = params.job_latency.unwrap_or(0.0);
     // Lost work on a failure is a share of the tasks' time, not the latency.
@@ -522,6 +531,30 @@ mod tests {
         let half_task = |p: &Prediction| p.t1 / (2.0 * p.volumes.n_tasks as f64);
         assert!((a.recovery.average - half_task(&a)).abs() < 1e-9 * a.t1);
         assert!((b.recovery.average - 2.0 * half_task(&b)).abs() < 1e-9 * b.t1);
+    }
+
+    /// A prefetch budget of two blocks or more hides every read it can
+    /// (share 1); smaller blocks are what it changes, larger ones keep
+    /// their share; and a slave still holds one task.
+    #[test]
+    fn a_prefetch_budget_of_two_blocks_hides_every_read() {
+        let params = Params::thesis_fast();
+        let one_ahead = Options { slave_overlap: true, slave_overlap_share: crate::ONE_BLOCK_AHEAD_OF_PAIRS, ..Options::with_slaves(2) };
+        let budget = Options { slave_prefetch_bytes: crate::SLAVE_PREFETCH_BYTES, ..one_ahead.clone() };
+        // 2 MiB holds four 256² blocks, one 512² block.
+        assert_eq!(budget.overlap_share_for(256), 1.0);
+        assert_eq!(budget.overlap_share_for(362), 1.0);
+        assert_eq!(budget.overlap_share_for(363), crate::ONE_BLOCK_AHEAD_OF_PAIRS);
+        assert_eq!(budget.overlap_share_for(512), crate::ONE_BLOCK_AHEAD_OF_PAIRS);
+        assert_eq!(one_ahead.overlap_share_for(256), crate::ONE_BLOCK_AHEAD_OF_PAIRS);
+        for app in [App::Matmul, App::Lu { pivot: false }] {
+            let small = |o: &Options| predict(app, 4096, 256, &params, o).unwrap();
+            assert!(small(&budget).predicted < small(&one_ahead).predicted, "{app:?}: hiding more reads is faster");
+            let p = small(&budget);
+            assert!((p.recovery.average - p.t1 / (2.0 * p.volumes.n_tasks as f64)).abs() < 1e-9 * p.t1, "{app:?}: one task held");
+            let large = |o: &Options| predict(app, 4096, 512, &params, o).unwrap().predicted;
+            assert_eq!(large(&budget), large(&one_ahead));
+        }
     }
 
     #[test]

@@ -19,6 +19,7 @@ const INF: Options = Options {
     server_double_buffer: false,
     slave_overlap: false,
     slave_overlap_share: 1.0,
+    slave_prefetch_bytes: 0.0,
     write_behind: false,
     slave_reads: false,
     diagonal_syrk: false,

@@ -63,6 +63,7 @@ struct Slave {
     finishing: Option<tokio::task::JoinHandle<Result<(), StoreError>>>,
     /// Block puts not yet finished, over both tasks (see `ctx::Writes`).
     in_flight: Arc<AtomicUsize>,
+    largest_block: Arc<AtomicUsize>,
 }
 
 impl Slave {
@@ -70,7 +71,7 @@ impl Slave {
         let client = Client::connect_retrying(&config.store, config.token.as_deref(), None).await?;
         let session = client.open_session(&config.name).await?;
         tracing::info!(session = session.id(), "slave {} connected to {}", config.name, config.store);
-        Ok(Slave { config, client, session, finishing: None, in_flight: Arc::new(AtomicUsize::new(0)) })
+        Ok(Slave { config, client, session, finishing: None, in_flight: Arc::new(AtomicUsize::new(0)), largest_block: Arc::new(AtomicUsize::new(0)) })
     }
 
     async fn reconnect(&mut self) -> Result<(), StoreError> {
@@ -172,7 +173,7 @@ impl Slave {
         tracing::debug!(action = action.id(), seq = task.seq, bag = %task.bag, "task starts");
         let rt = tokio::runtime::Handle::current();
         let (client, spec) = (self.client.clone(), job.spec.clone());
-        let writes = Writes::new(self.in_flight.clone());
+        let writes = Writes::new(self.in_flight.clone(), self.largest_block.clone());
         let (outcome, action, task, writes, waits) = tokio::task::spawn_blocking(move || {
             let mut ctx = StoreCtx { rt, client: &client, action: &action, job: spec.job(), prefetch: Default::default(), writes, waits: Default::default() };
             let tries = task.attempts + task.returns;
