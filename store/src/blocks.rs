@@ -128,6 +128,11 @@ impl Node {
         self.with_version(action, key, mode, Work::Inline, move |db, v| db.open_version(v, &|| format!("{key:?}"))).await
     }
 
+    /// Starts reading an opened block's file into the page cache.
+    pub(crate) fn prefetch_block(&self, file: &std::fs::File) {
+        crate::files::will_need(file);
+    }
+
     /// The header of a block [`Node::open_block`] opened, checked against
     /// the file's length.
     pub(crate) fn block_header(&self, file: &std::fs::File, key: BlockKey) -> Result<BlockHeader, StoreError> {

@@ -182,7 +182,11 @@ async fn open_blocks(
 ) -> Result<Vec<(BlockHeader, Arc<std::fs::File>)>, StoreError> {
     let mut files = Vec::with_capacity(blocks.len());
     for &(i, j) in blocks {
-        files.push(node.open_block(action, BlockKey { matrix, i, j }, mode).await?);
+        let file = node.open_block(action, BlockKey { matrix, i, j }, mode).await?;
+        if blocks.len() > 1 {
+            node.prefetch_block(&file);
+        }
+        files.push(file);
     }
     // Headers after all the opens: a header read waits for its file's
     // first page, and by then every file of the batch is being read.

@@ -157,6 +157,17 @@ pub(crate) struct BlockFiles {
     open: OpenFiles,
 }
 
+/// Starts reading a version's file into the page cache (a hint: failure
+/// changes nothing). For the files of a batch, opened before any header is
+/// read, so that a cold batch's reads are all in flight at once. Not for a
+/// single get: its reader's own `pread` starts the same read, and on a
+/// cached file the hint costs a walk of its pages (b = 1024 warm gets:
+/// 0.55-0.61 of raw with it, 0.65-0.67 without).
+pub(crate) fn will_need(f: &File) {
+    // SAFETY: a plain syscall on a descriptor this function borrows.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
+}
+
 /// Reads an opened version's header and checks that the file is as long
 /// as the header says.
 pub(crate) fn version_header(f: &File, what: &dyn Fn() -> String) -> Result<BlockHeader, StoreError> {
@@ -471,17 +482,10 @@ impl BlockFiles {
     }
 
     /// Opens a version for reading by someone else (its descriptor is
-    /// passed on) and starts reading it into the page cache; `None` if
-    /// there is no such file. [`version_header`] checks it.
+    /// passed on); `None` if there is no such file. [`version_header`]
+    /// checks it.
     pub(crate) fn open_version(&self, version: Uuid, what: &dyn Fn() -> String) -> Result<Option<Arc<File>>, StoreError> {
-        let Some(f) = self.open.get(version, &self.path(version)).map_err(|e| io_error(e, what))? else { return Ok(None) };
-        // Whoever reads the payload next finds it in the page cache or on
-        // its way there; the blocks of a batch, opened before any header
-        // is read, are all on their way at once, not one read at a time
-        // (a hint: failure changes nothing).
-        // SAFETY: a plain syscall on a descriptor this function borrows.
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
-        Ok(Some(f))
+        self.open.get(version, &self.path(version)).map_err(|e| io_error(e, what))
     }
 
     /// Retires versions no committed pointer names any more (replaced by
