@@ -49,13 +49,16 @@
 //! place. Without it matmul at b = 256 is predicted within 10 % (it is
 //! over by 20 % with it since slaves prefetch several small blocks ahead),
 //! but Cholesky and LU at b = 256 fall 20–30 % short (offline, four grid
-//! runs). There the slaves' tasks take longer than their kernels and
-//! reads (Cholesky dag, n = 4096, b = 256, one slave: 791 ms in tasks
-//! besides 97 ms waiting for reads, against about 550 ms of kernels at
-//! their measured rates), most likely in the round trips inside a task
-//! (dependency releases, small reads), which on a busy node cost more
-//! than `bench params` measures on a quiet one. The charge stays until
-//! that cost is measured and modelled.
+//! runs). There round trips inside tasks cost more than `bench params`
+//! measures on a quiet node. Cholesky dag, n = 4096, b = 256, one slave:
+//! 791 ms in tasks besides 97 ms waiting for reads, against about 550 ms
+//! of kernels at their measured rates (a `perf` profile of the slave: 58 %
+//! in BLAS, 9 % copying reads, nothing else large); the difference over
+//! its 1360 dependency releases is 0.17 ms each, against 0.04–0.06 ms
+//! measured. LU with barrier steps has no releases and its tasks' time
+//! matches its kernels; it waits instead for reads (0.24 s of 1.79) that
+//! the model takes as hidden. The charge stays until these costs are
+//! measured under load and modelled.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
