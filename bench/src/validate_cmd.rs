@@ -53,9 +53,10 @@
 //! measures on a quiet node. Cholesky dag, n = 4096, b = 256, one slave:
 //! 791 ms in tasks besides 97 ms waiting for reads, against about 550 ms
 //! of kernels at their measured rates (a `perf` profile of the slave: 58 %
-//! in BLAS, 9 % copying reads, nothing else large); the difference over
-//! its 1360 dependency releases is 0.17 ms each, against 0.04–0.06 ms
-//! measured. LU with barrier steps has no releases and its tasks' time
+//! in BLAS, 9 % copying reads, nothing else large). The slave's debug
+//! timeline (`small_wait_ms`) puts 177 ms of it in its 1360 dependency
+//! releases' counter reads: 0.13 ms each in the job, against the
+//! 0.04–0.06 ms `bench params` and this command measure on an idle node. LU with barrier steps has no releases and its tasks' time
 //! matches its kernels; it waits instead for reads (0.24 s of 1.79) that
 //! the model takes as hidden. The charge stays until these costs are
 //! measured under load and modelled.

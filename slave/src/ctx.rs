@@ -45,13 +45,16 @@ pub(crate) struct StoreCtx<'a> {
 
 /// Time a task spent waiting for its block reads: those a prefetch had
 /// started, and those read in the open (none was running: the budget was
-/// taken by a write behind, or the read was not announced).
+/// taken by a write behind, or the read was not announced); and for its
+/// small reads (flags, a dag's dependency counters), each a round trip.
 #[derive(Default, Debug)]
 pub(crate) struct ReadWaits {
     pub(crate) prefetched: u32,
     pub(crate) prefetched_wait: Duration,
     pub(crate) in_open: u32,
     pub(crate) in_open_wait: Duration,
+    pub(crate) small: u32,
+    pub(crate) small_wait: Duration,
 }
 
 impl ReadWaits {
@@ -196,6 +199,17 @@ impl StoreCtx<'_> {
         PREFETCH_BYTES.checked_div(largest).map_or(1, |n| n.max(1))
     }
 
+    /// A small read (`write`: under a write lock, to update it next),
+    /// timed for the debug timeline.
+    fn read_small_as(&mut self, key: &str, write: bool) -> Result<Option<Vec<u8>>, CtxError> {
+        self.writes.settle_small(&self.rt, key)?;
+        let started = Instant::now();
+        let value = self.rt.block_on(self.action.read_small(key, write)).map_err(ctx_error);
+        self.waits.small += 1;
+        self.waits.small_wait += started.elapsed();
+        value
+    }
+
     fn top_up(&mut self) {
         let ahead = self.blocks_ahead();
         while self.prefetch.running.len() + self.writes.in_flight.load(Ordering::SeqCst) < ahead {
@@ -280,13 +294,11 @@ impl TaskCtx for StoreCtx<'_> {
     }
 
     fn read_small(&mut self, key: &str) -> Result<Option<Vec<u8>>, CtxError> {
-        self.writes.settle_small(&self.rt, key)?;
-        self.rt.block_on(self.action.read_small(key, false)).map_err(ctx_error)
+        self.read_small_as(key, false)
     }
 
     fn read_small_for_update(&mut self, key: &str) -> Result<Option<Vec<u8>>, CtxError> {
-        self.writes.settle_small(&self.rt, key)?;
-        self.rt.block_on(self.action.read_small(key, true)).map_err(ctx_error)
+        self.read_small_as(key, true)
     }
 
     /// Written behind, like a block: the action commits only after it

@@ -194,6 +194,8 @@ impl Slave {
             prefetched_wait_ms = ms(waits.prefetched_wait),
             in_open = waits.in_open,
             in_open_wait_ms = ms(waits.in_open_wait),
+            small_reads = waits.small,
+            small_wait_ms = ms(waits.small_wait),
             "task computed"
         );
         match outcome {
