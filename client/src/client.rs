@@ -463,9 +463,11 @@ impl Action {
     }
 
     /// Reads blocks of `matrix` under read locks, taken in the order given.
-    /// On the node's machine up to 64 blocks take one round trip (the node
-    /// hands over their files together), so reading a row or a panel costs
-    /// little more than reading its bytes. Stops at the first that fails;
+    /// Up to 64 blocks take one round trip over the data plane (on the
+    /// node's machine the node hands over their files together, elsewhere
+    /// it sends their values back to back), so reading a row or a panel
+    /// costs little more than reading its bytes; over gRPC alone they are
+    /// got one by one. Stops at the first that fails;
     /// the locks taken before it stay with the action, as with
     /// [`Action::get_block`] one by one.
     pub async fn get_blocks(&self, matrix: Uuid, blocks: &[(u32, u32)]) -> Result<Vec<BlockData>> {
@@ -659,8 +661,8 @@ where
     }
 }
 
-/// Gets several blocks of one matrix: over the data plane in as few
-/// exchanges as it allows, else one gRPC get after another.
+/// Gets several blocks of one matrix: over the data plane 64 to an
+/// exchange, else one gRPC get after another.
 async fn get_blocks(rpc: &Rpc, plane: &Option<Arc<DataPlane>>, action: u64, matrix: Uuid, blocks: &[(u32, u32)]) -> Result<Vec<BlockData>> {
     if let Some(plane) = plane {
         return plane.get_many(action, matrix, blocks, false).await;

@@ -118,7 +118,7 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     Err(e) => send_error(&mut s, &e).await?,
                 }
             }
-            Op::GetLocalMany => {
+            Op::GetLocalMany | Op::GetMany => {
                 if req.rows == 0 || req.rows > wire::MAX_MANY || req.cols > 1 {
                     let e = StoreError::InvalidArgument { what: format!("a get of {} blocks (at most {})", req.rows, wire::MAX_MANY) };
                     send_error(&mut s, &e).await?;
@@ -127,12 +127,20 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                 let mut body = vec![0u8; req.rows as usize * 8];
                 s.read_exact(&mut body).await?;
                 let mode = if req.cols == 0 { LockMode::Read } else { LockMode::Write };
+                let blocks = wire::decode_many(&body);
+                if req.op == Op::GetMany {
+                    match open_blocks(node, action, req.matrix, &blocks, mode).await {
+                        Ok(files) => send_values(&mut s, &files).await?,
+                        Err(e) => send_error(&mut s, &e).await?,
+                    }
+                    continue;
+                }
                 let Some(unix) = s.unix() else {
                     let e = StoreError::InvalidArgument { what: "a local get needs the node's Unix socket".into() };
                     send_error(&mut s, &e).await?;
                     continue;
                 };
-                match open_blocks(node, action, req.matrix, &wire::decode_many(&body), mode).await {
+                match open_blocks(node, action, req.matrix, &blocks, mode).await {
                     Ok(files) => send_files(unix, &files).await?,
                     Err(e) => send_error(&mut s, &e).await?,
                 }
@@ -202,6 +210,31 @@ async fn send_files(unix: &tokio::net::UnixStream, files: &[(BlockHeader, Arc<st
     }
     let fds: Vec<_> = files.iter().map(|(_, f)| f.as_fd()).collect();
     fdpass::send_with_fds(unix, &reply, &fds).await
+}
+
+/// Answers a get of many over the socket itself: each block's stored form
+/// (header, then payload read from its file), one after the other. The
+/// payloads' checksums are the reader's to check: a damaged block reaches
+/// it as sent, in step, and fails there as `Corrupt`. A file that cannot be
+/// read midway leaves the connection out of step: it is dropped.
+async fn send_values(s: &mut Stream, files: &[(BlockHeader, Arc<std::fs::File>)]) -> std::io::Result<()> {
+    let len: u64 = files.iter().map(|(h, _)| (HEADER_LEN + h.payload_len()) as u64).sum();
+    s.write_all(&Reply { ok: true, len }.encode()).await?;
+    // One buffer, read into on the blocking pool (a 32 MiB read must not
+    // hold up the runtime) and written from here, block after block.
+    let mut buf = Vec::new();
+    for (header, file) in files {
+        let (file, mut value, len) = (file.clone(), std::mem::take(&mut buf), HEADER_LEN + header.payload_len());
+        let read = move || {
+            use std::os::unix::fs::FileExt;
+            value.resize(len, 0);
+            file.read_exact_at(&mut value[HEADER_LEN..], HEADER_LEN as u64).map(|()| value)
+        };
+        buf = tokio::task::spawn_blocking(read).await.map_err(std::io::Error::other)??;
+        buf[..HEADER_LEN].copy_from_slice(&header.encode());
+        s.write_all(&buf).await?;
+    }
+    Ok(())
 }
 
 /// Runs a unary call the data plane carries (`Op::Call`) with the gRPC

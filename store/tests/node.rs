@@ -396,10 +396,12 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
     // A call announcing a body past the limit (not allocated either).
     let mut huge_call = wire::encode_hello(b"");
     huge_call.extend_from_slice(&wire::Request::call(wire::Method::Dequeue, u32::MAX).encode());
-    // A local get of more blocks than one message may pass.
+    // A local get of more blocks than one message may pass; a get of none.
     let mut huge_many = wire::encode_hello(b"");
     huge_many.extend_from_slice(&wire::Request { op: wire::Op::GetLocalMany, rows: u32::MAX, ..huge }.encode());
-    for garbage in [&b"GET / HTTP/1.1\r\n\r\n"[..], &after_hello, &huge_put, &huge_call, &huge_many] {
+    let mut no_blocks = wire::encode_hello(b"");
+    no_blocks.extend_from_slice(&wire::Request { op: wire::Op::GetMany, rows: 0, ..huge }.encode());
+    for garbage in [&b"GET / HTTP/1.1\r\n\r\n"[..], &after_hello, &huge_put, &huge_call, &huge_many, &no_blocks] {
         // 7 s: past the 5 s a silent client gets to say hello.
         assert!(closes_after(data, garbage, Duration::from_secs(7)).await, "the node should close a data connection speaking garbage");
     }
@@ -420,7 +422,7 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
     type Refusal = ((wire::Request, Vec<u8>), fn(&StoreError) -> bool);
     let refused: Vec<Refusal> = vec![
         ((local_get, vec![]), |e| matches!(e, StoreError::InvalidArgument { .. })),
-        (wire::Request::get_local_many(0, m.id, &[(0, 0), (0, 0)], false), |e| matches!(e, StoreError::InvalidArgument { .. })),
+        (wire::Request::get_many(wire::Op::GetLocalMany, 0, m.id, &[(0, 0), (0, 0)], false), |e| matches!(e, StoreError::InvalidArgument { .. })),
         ((unknown_method, vec![]), |e| matches!(e, StoreError::InvalidArgument { .. })),
         (call(wire::Method::Dequeue, vec![0xff; 3]), |e| matches!(e, StoreError::InvalidArgument { .. })),
         (call(wire::Method::Commit, proto::ActionRef { action: 0 }.encode_to_vec()), |e| matches!(e, StoreError::InvalidArgument { .. })),

@@ -197,26 +197,27 @@ impl DataPlane {
     }
 
     /// Gets blocks of `matrix` in order, under read (`for_update`: write)
-    /// locks of `action` (0: the committed versions, no locks). On the
-    /// node's machine each [`wire::MAX_MANY`] of them take one exchange,
-    /// whose reply hands over all their files; elsewhere they are got one
-    /// by one. Stops at the first that fails.
+    /// locks of `action` (0: the committed versions, no locks), each
+    /// [`wire::MAX_MANY`] of them in one exchange: on the node's machine
+    /// its reply hands over all their files, elsewhere it carries their
+    /// values one after the other. Stops at the first that fails.
     pub(crate) async fn get_many(&self, action: u64, matrix: Uuid, blocks: &[(u32, u32)], for_update: bool) -> Result<Vec<BlockData>> {
-        if !matches!(self.target, Target::Unix(_)) {
-            let mut got = Vec::with_capacity(blocks.len());
-            for &(i, j) in blocks {
-                got.push(self.get(action, matrix, i, j, for_update).await?);
-            }
-            return Ok(got);
-        }
+        let local = matches!(self.target, Target::Unix(_));
+        let op = if local { Op::GetLocalMany } else { Op::GetMany };
         let mut got = Vec::with_capacity(blocks.len());
         for chunk in blocks.chunks(wire::MAX_MANY as usize) {
             let what = || format!("{} blocks of {matrix} from ({}, {})", chunk.len(), chunk[0].0, chunk[0].1);
-            let (req, body) = Request::get_local_many(action, matrix, chunk, for_update);
+            let (req, body) = Request::get_many(op, action, matrix, chunk, for_update);
             let mut s = self.checkout().await?;
             let mut out = req.encode().to_vec();
             out.extend_from_slice(&body);
             s.write_all(&out).await.map_err(|e| self.unavailable(format!("sending a get: {e}")))?;
+            if !local {
+                let values = self.recv_values(&mut s, chunk, matrix).await?;
+                self.give_back(s);
+                got.extend(values?);
+                continue;
+            }
             let files = self.recv_files(&mut s, chunk.len(), &what).await?;
             self.give_back(s);
             for (&(i, j), (header, file)) in chunk.iter().zip(files?) {
@@ -224,6 +225,59 @@ impl DataPlane {
             }
         }
         Ok(got)
+    }
+
+    /// Reads the reply to a get of many over the socket: every block's
+    /// stored form, read whole (so the connection stays in step) even when
+    /// one fails its checksum. `Err`: out of step; `Ok`: the node's answer,
+    /// or the first block that arrived damaged.
+    async fn recv_values(&self, s: &mut Stream, blocks: &[(u32, u32)], matrix: Uuid) -> Result<Result<Vec<BlockData>>> {
+        let mut left = match self.read_reply(s).await? {
+            Ok(len) => len,
+            Err(e) => return Ok(Err(e)),
+        };
+        let mut got = Vec::with_capacity(blocks.len());
+        let mut damaged = None;
+        for &(i, j) in blocks {
+            let what = || format!("block ({i}, {j}) of {matrix}");
+            match self.read_value(s, &mut left, &what).await? {
+                Ok(b) => got.push(b),
+                Err(e) => {
+                    damaged.get_or_insert(e);
+                }
+            }
+        }
+        if left != 0 {
+            return Err(self.unavailable(format!("a get of {} blocks answered with {left} bytes more than they hold", blocks.len())));
+        }
+        Ok(damaged.map_or(Ok(got), Err))
+    }
+
+    /// Reads one block's stored form of at most `left` bytes announced.
+    /// `Err`: out of step; `Ok(Err)`: it arrived whole but damaged.
+    async fn read_value(&self, s: &mut Stream, left: &mut u64, what: &(dyn Fn() -> String + Sync)) -> Result<Result<BlockData>> {
+        let read = |e: std::io::Error| self.unavailable(format!("reading {}: {e}", what()));
+        let mut head = [0u8; HEADER_LEN];
+        if *left < HEADER_LEN as u64 {
+            return Err(self.unavailable(format!("{}: the reply ends before its header", what())));
+        }
+        s.read_exact(&mut head).await.map_err(read)?;
+        let Some(header) = block::decode_header(&head) else {
+            return Err(self.unavailable(format!("{}: a reply without a block header", what())));
+        };
+        let len = (HEADER_LEN + header.payload_len()) as u64;
+        if header.rows > wire::MAX_BLOCK_SIDE || header.cols > wire::MAX_BLOCK_SIDE || len > *left {
+            return Err(self.unavailable(format!("{}: {} bytes left in the reply for {}x{}", what(), *left, header.rows, header.cols)));
+        }
+        *left -= len;
+        let mut data = vec![0f64; header.rows as usize * header.cols as usize];
+        s.read_exact(bytemuck::cast_slice_mut(&mut data)).await.map_err(read)?;
+        // In step either way: a damaged payload is the block's fault.
+        Ok(if block::checksum_matches(&header, bytemuck::cast_slice(&data)) {
+            Ok(BlockData { rows: header.rows as usize, cols: header.cols as usize, data })
+        } else {
+            Err(StoreError::Corrupt { what: format!("{}: checksum mismatch after transfer", what()) })
+        })
     }
 
     /// Reads the reply to a local get of `n` blocks: their headers and
@@ -257,27 +311,15 @@ impl DataPlane {
     async fn get_on(&self, s: &mut Stream, req: &Request) -> Result<Result<BlockData>> {
         let what = || format!("block ({}, {}) of {}", req.i, req.j, req.matrix);
         s.write_all(&req.encode()).await.map_err(|e| self.unavailable(format!("sending a get: {e}")))?;
-        let len = match self.read_reply(s).await? {
+        let mut left = match self.read_reply(s).await? {
             Ok(len) => len,
             Err(e) => return Ok(Err(e)),
         };
-        let mut head = [0u8; HEADER_LEN];
-        let read = |e: std::io::Error| self.unavailable(format!("reading {}: {e}", what()));
-        s.read_exact(&mut head).await.map_err(read)?;
-        let Some(header) = block::decode_header(&head) else {
-            return Err(self.unavailable(format!("{}: a reply without a block header", what())));
-        };
-        if header.rows > wire::MAX_BLOCK_SIDE || header.cols > wire::MAX_BLOCK_SIDE || len != (HEADER_LEN + header.payload_len()) as u64 {
-            return Err(self.unavailable(format!("{}: a reply of {len} bytes for {}x{}", what(), header.rows, header.cols)));
+        let value = self.read_value(s, &mut left, &what).await?;
+        if left != 0 {
+            return Err(self.unavailable(format!("{}: a reply {left} bytes longer than the block", what())));
         }
-        let mut data = vec![0f64; header.rows as usize * header.cols as usize];
-        s.read_exact(bytemuck::cast_slice_mut(&mut data)).await.map_err(read)?;
-        // In step either way: a damaged payload is the block's fault.
-        Ok(if block::checksum_matches(&header, bytemuck::cast_slice(&data)) {
-            Ok(BlockData { rows: header.rows as usize, cols: header.cols as usize, data })
-        } else {
-            Err(StoreError::Corrupt { what: format!("{}: checksum mismatch after transfer", what()) })
-        })
+        Ok(value)
     }
 
     pub(crate) async fn put(&self, action: u64, matrix: Uuid, i: u32, j: u32, block: &BlockData) -> Result<()> {

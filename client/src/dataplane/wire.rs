@@ -15,14 +15,17 @@
 //!         call: rows = the method ([`Method`]), cols = the length of the
 //!         protobuf request that follows (at most MAX_CALL_BODY); the
 //!         other fields are zero
-//!         local get of many: rows = the count n (1..=MAX_MANY), cols = 1
-//!         for write locks (0: read locks), i = j = 0; then n × (i u32 | j u32),
-//!         blocks of `matrix`, locked in that order
+//!         get of many, local get of many: rows = the count n
+//!         (1..=MAX_MANY), cols = 1 for write locks (0: read locks), i = j
+//!         = 0; then n × (i u32 | j u32), blocks of `matrix`, locked in
+//!         that order
 //! reply   "FTBR" | status u8 | 0 0 0 | len u64                        (16 bytes)
 //!         ok get: len = 32-byte block header + payload (the stored form)
 //!         ok local get: len = 32, the block header, and the version file's
 //!         descriptor passed with the reply (SCM_RIGHTS; Unix socket only):
 //!         the client reads the payload from it at offset 32
+//!         ok get of many: len = Σ (32 + payload), each block's stored
+//!         form (header, payload) in request order
 //!         ok local get of many: len = n × 32, the blocks' headers in
 //!         request order, and their n descriptors passed with the reply
 //!         ok put / hello: len = 0
@@ -38,7 +41,7 @@ use uuid::Uuid;
 pub const HELLO_MAGIC: [u8; 4] = *b"FTBH";
 pub const REQUEST_MAGIC: [u8; 4] = *b"FTBQ";
 pub const REPLY_MAGIC: [u8; 4] = *b"FTBR";
-/// 2: calls; 3: local gets of many blocks.
+/// 2: calls; 3: gets of many blocks.
 pub const VERSION: u16 = 3;
 pub const REQUEST_LEN: usize = 56;
 pub const REPLY_LEN: usize = 16;
@@ -73,6 +76,9 @@ pub enum Op {
     /// Several `GetLocal`s (or `GetLocalForUpdate`s) of one matrix in one
     /// exchange, answered with all their descriptors (Unix socket).
     GetLocalMany = 7,
+    /// Several `Get`s (or `GetForUpdate`s) of one matrix in one exchange,
+    /// answered with their stored forms one after the other.
+    GetMany = 8,
 }
 
 /// The gRPC methods a data-plane call may name: the control calls a
@@ -154,6 +160,7 @@ impl Request {
             5 => Op::GetLocalForUpdate,
             6 => Op::Call,
             7 => Op::GetLocalMany,
+            8 => Op::GetMany,
             other => return Err(WireError::BadOp(other)),
         };
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
@@ -174,10 +181,11 @@ impl Request {
         Request { op: Op::Call, action: 0, matrix: Uuid::nil(), i: 0, j: 0, rows: method as u32, cols: body_len, crc32c: 0 }
     }
 
-    /// A local get of the `blocks` of `matrix` (at most [`MAX_MANY`]),
-    /// with the body that follows it.
-    pub fn get_local_many(action: u64, matrix: Uuid, blocks: &[(u32, u32)], for_update: bool) -> (Request, Vec<u8>) {
-        let req = Request { op: Op::GetLocalMany, action, matrix, i: 0, j: 0, rows: blocks.len() as u32, cols: for_update as u32, crc32c: 0 };
+    /// A get (`op`: [`Op::GetMany`] or [`Op::GetLocalMany`]) of the
+    /// `blocks` of `matrix` (at most [`MAX_MANY`]), with the body that
+    /// follows it.
+    pub fn get_many(op: Op, action: u64, matrix: Uuid, blocks: &[(u32, u32)], for_update: bool) -> (Request, Vec<u8>) {
+        let req = Request { op, action, matrix, i: 0, j: 0, rows: blocks.len() as u32, cols: for_update as u32, crc32c: 0 };
         (req, blocks.iter().flat_map(|&(i, j)| i.to_le_bytes().into_iter().chain(j.to_le_bytes())).collect())
     }
 
@@ -275,7 +283,7 @@ mod tests {
             assert_eq!(Reply::decode(&reply.encode()), Ok(reply));
         }
         let blocks = [(0, 1), (7, u32::MAX), (3, 3)];
-        let (r, body) = Request::get_local_many(5, Uuid::new_v4(), &blocks, true);
+        let (r, body) = Request::get_many(Op::GetLocalMany, 5, Uuid::new_v4(), &blocks, true);
         assert_eq!(Request::decode(&r.encode()), Ok(r));
         assert_eq!((r.rows, r.cols, body.len()), (3, 1, 24));
         assert_eq!(decode_many(&body), blocks);
