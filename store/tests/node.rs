@@ -141,6 +141,44 @@ async fn many_blocks_come_back_in_the_order_asked_under_read_locks() {
     }
 }
 
+/// Version files under `dir` this process has open: (all, those deleted).
+fn open_version_files(dir: &std::path::Path) -> (usize, usize) {
+    let blocks = dir.join("blocks");
+    let (mut all, mut deleted) = (0, 0);
+    for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(target) = std::fs::read_link(fd.path()) else { continue };
+        let target = target.to_string_lossy().into_owned();
+        if target.starts_with(&*blocks.to_string_lossy()) {
+            all += 1;
+            deleted += usize::from(target.ends_with(" (deleted)"));
+        }
+    }
+    (all, deleted)
+}
+
+/// The node keeps version files open for reads; deleting a matrix closes
+/// them with their names, so no removed file's space stays held.
+#[tokio::test]
+async fn a_deleted_matrix_leaves_no_version_file_open() {
+    let n = node().await;
+    let dir = n._dir.path().to_owned();
+    let m = n.client.create_matrix("D", 32, 32, 8).await.unwrap();
+    let ids: Vec<(u32, u32)> = (0..4).flat_map(|i| (0..4).map(move |j| (i, j))).collect();
+    let s = n.client.open_session("t").await.unwrap();
+    let w = s.begin().await.unwrap();
+    for &(i, j) in &ids {
+        w.put_block(m.id, i, j, block(8, 8, (i * 4 + j) as f64)).await.unwrap();
+    }
+    w.commit().await.unwrap();
+    let r = s.begin().await.unwrap();
+    assert_eq!(r.get_blocks(m.id, &ids).await.unwrap().len(), ids.len());
+    r.commit().await.unwrap();
+    let (open, deleted) = open_version_files(&dir);
+    assert!(open >= ids.len() && deleted == 0, "the node keeps the files it read open: {open} open, {deleted} deleted");
+    n.client.delete_matrix(m.id).await.unwrap();
+    assert_eq!(open_version_files(&dir).1, 0, "a removed version's file stays open");
+}
+
 #[tokio::test]
 async fn a_32_mib_block_streams_both_ways() {
     for path in PATHS {
