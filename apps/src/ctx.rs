@@ -52,6 +52,13 @@ pub trait TaskCtx {
         self.read_small(key)
     }
 
+    /// [`TaskCtx::read_small_for_update`] of several keys, locked in the
+    /// order given: a store answers them in one round trip (a dag task's
+    /// dependency releases). The default reads them one by one.
+    fn read_smalls_for_update(&mut self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, CtxError> {
+        keys.iter().map(|k| self.read_small_for_update(k)).collect()
+    }
+
     /// Writes a small object under a write lock.
     fn write_small(&mut self, key: &str, value: &[u8]) -> Result<(), CtxError>;
 

@@ -545,18 +545,33 @@ pub(crate) fn encode_task<T: Serialize>(t: &T) -> Vec<u8> {
     serde_json::to_vec(t).unwrap_or_default()
 }
 
-/// One input of a DAG task is now committed (in the caller's action):
-/// decrements the task's dependency counter at `key` (a little-endian u32,
-/// write-locked so two releasers serialise) and enqueues `task` on `bag`
-/// when it reaches zero.
-pub(crate) fn release_dependency(ctx: &mut dyn TaskCtx, key: &str, bag: &str, task: &[u8]) -> Result<(), TaskError> {
-    let bad = |reason: String| TaskError::BadSmall { key: key.to_string(), reason };
-    let raw = ctx.read_small_for_update(key)?.ok_or_else(|| bad("missing".into()))?;
-    let n = <[u8; 4]>::try_from(raw.as_slice()).map(u32::from_le_bytes).map_err(|_| bad(format!("{} bytes, want 4", raw.len())))?;
-    let left = n.checked_sub(1).ok_or_else(|| bad("already zero".into()))?;
-    ctx.write_small(key, &left.to_le_bytes())?;
-    if left == 0 {
-        ctx.enqueue(bag, task)?;
+/// A DAG task whose input the caller's task produced: its dependency
+/// counter's key and the element to enqueue on `bag` when that reaches zero.
+pub(crate) struct Release {
+    pub(crate) key: String,
+    pub(crate) bag: String,
+    pub(crate) task: Vec<u8>,
+}
+
+/// One input of each of these DAG tasks is now committed (in the caller's
+/// action): decrements each task's dependency counter (a little-endian
+/// u32, write-locked so two releasers serialise; all read in one request,
+/// in the order given) and enqueues the task when it reaches zero.
+pub(crate) fn release_dependencies(ctx: &mut dyn TaskCtx, releases: &[Release]) -> Result<(), TaskError> {
+    if releases.is_empty() {
+        return Ok(());
+    }
+    let keys: Vec<String> = releases.iter().map(|r| r.key.clone()).collect();
+    let counters = ctx.read_smalls_for_update(&keys)?;
+    for (r, raw) in releases.iter().zip(counters) {
+        let bad = |reason: String| TaskError::BadSmall { key: r.key.clone(), reason };
+        let raw = raw.ok_or_else(|| bad("missing".into()))?;
+        let n = <[u8; 4]>::try_from(raw.as_slice()).map(u32::from_le_bytes).map_err(|_| bad(format!("{} bytes, want 4", raw.len())))?;
+        let left = n.checked_sub(1).ok_or_else(|| bad("already zero".into()))?;
+        ctx.write_small(&r.key, &left.to_le_bytes())?;
+        if left == 0 {
+            ctx.enqueue(&r.bag, &r.task)?;
+        }
     }
     Ok(())
 }

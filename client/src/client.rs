@@ -443,6 +443,22 @@ impl Action {
         read_small(&self.rpc, &self.plane, self.id, key, mode).await
     }
 
+    /// Reads several small objects in one request, under read (or `write:
+    /// true`, write) locks taken in the order given; `None` for each that
+    /// does not exist. Stops at the first that fails; the locks taken
+    /// before it stay with the action, as with [`Action::read_small`] one
+    /// by one.
+    pub async fn read_smalls(&self, keys: &[String], write: bool) -> Result<Vec<Option<Vec<u8>>>> {
+        let mode = if write { proto::LockMode::Write } else { proto::LockMode::Read };
+        let req = proto::SmallRefs { action: self.id, keys: keys.to_vec(), mode: mode as i32 };
+        let mut rpc = self.rpc.clone();
+        let r = unary(&self.plane, Method::ReadSmallMany, req, |q| async move { rpc.read_small_many(q).await }).await?;
+        if r.values.len() != keys.len() {
+            return Err(StoreError::StoreUnavailable { what: format!("{} small objects read, {} answered", keys.len(), r.values.len()) });
+        }
+        Ok(r.values.into_iter().map(|v| v.found.then(|| v.value.to_vec())).collect())
+    }
+
     /// Writes a small object under a write lock. The future owns its
     /// request, so it may run on another task (a slave's write-behind).
     pub fn write_small(&self, key: &str, value: &[u8]) -> impl std::future::Future<Output = Result<()>> + Send + 'static {

@@ -172,10 +172,11 @@ pub struct Params {
     /// Absent: 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_wake: Option<f64>,
-    /// Extension: slave seconds of one dependency release of the dag
-    /// Cholesky (a successor's counter read under its write lock from the
-    /// task's thread, its new value written behind), measured by `bench
-    /// params`. Absent: [`crate::DAG_RELEASE_SHARE`] of `task_overhead`.
+    /// Extension: slave seconds of a dag Cholesky task's release request
+    /// (its successors' counters read under their write locks in one round
+    /// trip from the task's thread, their new values written behind),
+    /// measured by `bench params`. Absent: [`crate::DAG_RELEASE_SHARE`] of
+    /// `task_overhead`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dag_release: Option<f64>,
     /// Extension: seconds from a job's submission until its first task

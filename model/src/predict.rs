@@ -190,10 +190,11 @@ fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown:
 /// the synced commit), half the client's round trips.
 pub const TASK_OVERHEAD_STORE_SHARE: f64 = 0.5;
 
-/// Share of the per-task overhead one dependency release of the dag
-/// variant costs when the parameter file has no `dag_release`: a counter
-/// read under a write lock and its write, two of the four round trips
-/// (begin, dequeue, record, commit) of an empty task.
+/// Share of the per-task overhead a dag task's release request costs when
+/// the parameter file has no `dag_release`: its successors' counters read
+/// under write locks in one round trip and written back behind, about two
+/// of the four round trips (begin, dequeue, record, commit) of an empty
+/// task.
 pub const DAG_RELEASE_SHARE: f64 = 0.5;
 
 /// Share of the per-task overhead a barrier costs beyond its last task's
@@ -207,7 +208,7 @@ pub const BARRIER_SHARE: f64 = 1.0;
 
 /// Adds `Params::task_overhead` to every task (extension; nothing when the
 /// parameter is absent) and `Params::task_wake` to its slave side, and to
-/// the dag's tasks their dependency releases (`Params::dag_release` each,
+/// the dag's tasks their release requests (`Params::dag_release` each,
 /// or [`DAG_RELEASE_SHARE`] of the overhead), spread evenly over the
 /// tasks. Each
 /// task on the dag's critical path pays the same (a successor starts after
@@ -231,7 +232,7 @@ fn with_overhead(shape: Shape, params: &Params, p: u64) -> Shape {
             Shape::Steps(steps.iter().enumerate().map(barrier).collect())
         }
         Shape::Graph(t, all, v, _) => {
-            let releases = if v == Variant::Dag { cholesky::dag_releases(p) as f64 } else { 0.0 };
+            let releases = if v == Variant::Dag { cholesky::dag_release_requests(p) as f64 } else { 0.0 };
             let per_task = releases / all.n_tasks().max(1) as f64 * release_cost(params, o);
             Shape::Graph(t, add(&all, per_task), v, o + per_task + wake)
         }
@@ -240,7 +241,8 @@ fn with_overhead(shape: Shape, params: &Params, p: u64) -> Shape {
 
 /// The per-task overheads of [`with_overhead`], as the dag simulation
 /// charges them: the slave's share of the round trips and its thread's
-/// wake-up, the store's share as the task's ending, each release apart.
+/// wake-up, the store's share as the task's ending, its release request
+/// apart.
 fn dag_overhead(params: &Params) -> cholesky::DagOverhead {
     let Some(o) = params.task_overhead.filter(|&o| o > 0.0) else { return cholesky::DagOverhead::default() };
     cholesky::DagOverhead {
@@ -250,7 +252,7 @@ fn dag_overhead(params: &Params) -> cholesky::DagOverhead {
     }
 }
 
-/// Seconds of one dependency release: measured, or a share of the
+/// Seconds of one task's release request: measured, or a share of the
 /// per-task overhead `o`.
 fn release_cost(params: &Params, o: f64) -> f64 {
     params.dag_release.unwrap_or(DAG_RELEASE_SHARE * o)
@@ -479,7 +481,7 @@ mod tests {
     }
 
     /// The per-task overhead (extension) adds `N · overhead` to `T₁` for
-    /// every application (the dag Cholesky also its dependency releases, at
+    /// every application (the dag Cholesky also its release requests, at
     /// [`DAG_RELEASE_SHARE`] of it each) and leaves the thesis's model
     /// unchanged when absent.
     #[test]
@@ -490,7 +492,7 @@ mod tests {
             let o = Options::default();
             let a = predict(app, 1200, 300, &base, &o).unwrap();
             let b = predict(app, 1200, 300, &with, &o).unwrap();
-            let releases = if app == App::Cholesky(Variant::Dag) { cholesky::dag_releases(4) as f64 } else { 0.0 };
+            let releases = if app == App::Cholesky(Variant::Dag) { cholesky::dag_release_requests(4) as f64 } else { 0.0 };
             // Without write-behind a barrier's puts are in its last task already.
             let barriers = BARRIER_SHARE * a.barriers as f64;
             let want = a.t1 + 0.01 * (a.volumes.n_tasks as f64 + DAG_RELEASE_SHARE * releases + barriers);

@@ -16,10 +16,10 @@
 //!   (kernels, the reads prefetching does not hide, its requests),
 //!   stretched while other slaves compute beside it on shared cores (the
 //!   caller's slow-down for `k` slaves computing at once), then
-//!   releases its successors one by one, each release taking
-//!   [`SimTask::release`] under the successor's counter lock, which it
-//!   holds until it commits: a release of a counter another task holds
-//!   waits for that task's commit;
+//!   releases its successors in one request of [`SimTask::release`]
+//!   seconds that takes each successor's counter lock in order and holds
+//!   it until the task commits: at a counter another task holds, the
+//!   request waits for that task's commit;
 //! * its ending (block puts and the synced commit, [`SimTask::ending`])
 //!   starts with its releases (the slave's puts are under way when it
 //!   releases) and runs on behind the slave's next task, serialised at the
@@ -36,7 +36,8 @@ use std::collections::{BinaryHeap, VecDeque};
 pub struct SimTask {
     /// Seconds the task holds its slave before its releases.
     pub foreground: f64,
-    /// Seconds of each of its releases (a counter read under its lock).
+    /// Seconds of its release request (its successors' counters read
+    /// under their locks, all in one round trip), if it has successors.
     pub release: f64,
     /// Seconds of its ending at the store, from the end of its foreground.
     pub ending: f64,
@@ -144,7 +145,9 @@ impl Run<'_> {
             Some(other) if other != task => self.blocked[other].push(Event::Release { slave, task, next }),
             _ => {
                 self.holder[counter] = Some(task);
-                self.push(now + t.release, Event::Release { slave, task, next: next + 1 });
+                // One round trip for all the counters, paid at the first.
+                let cost = if next == 0 { t.release } else { 0.0 };
+                self.push(now + cost, Event::Release { slave, task, next: next + 1 });
             }
         }
     }
@@ -309,6 +312,17 @@ mod tests {
         // Without the shared counter 2 runs after 0's commit, [1.5, 2.5].
         tasks[1].successors.clear();
         assert!((makespan(&tasks, 2, 2, &ONE) - 2.5).abs() < 1e-9, "{}", makespan(&tasks, 2, 2, &ONE));
+    }
+
+    /// A task's releases are one request: three successors cost its
+    /// `release` once.
+    #[test]
+    fn a_task_releases_all_its_successors_in_one_request() {
+        let mut tasks = vec![task(1.0, 0.0, vec![1, 2, 3]), task(1.0, 0.0, vec![]), task(1.0, 0.0, vec![]), task(1.0, 0.0, vec![])];
+        tasks[0].release = 0.1;
+        // 0 [0, 1], releases [1, 1.1], commits 1.1; 1, 2, 3 back to back.
+        assert!((makespan(&tasks, 1, 1, &ONE) - 4.1).abs() < 1e-9, "{}", makespan(&tasks, 1, 1, &ONE));
+        assert!((makespan(&tasks, 3, 1, &ONE) - 2.1).abs() < 1e-9, "{}", makespan(&tasks, 3, 1, &ONE));
     }
 
     /// Slaves on one core share it: two foregrounds side by side each run

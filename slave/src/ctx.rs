@@ -301,6 +301,20 @@ impl TaskCtx for StoreCtx<'_> {
         self.read_small_as(key, true)
     }
 
+    /// One request for all of them (a dag task's dependency releases: one
+    /// round trip each took 0.13 ms in a job, 177 ms of a 947 ms Cholesky
+    /// at b = 256).
+    fn read_smalls_for_update(&mut self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, CtxError> {
+        for key in keys {
+            self.writes.settle_small(&self.rt, key)?;
+        }
+        let started = Instant::now();
+        let values = self.rt.block_on(self.action.read_smalls(keys, true)).map_err(ctx_error);
+        self.waits.small += 1;
+        self.waits.small_wait += started.elapsed();
+        values
+    }
+
     /// Written behind, like a block: the action commits only after it
     /// succeeded ([`Writes::finish`]).
     fn write_small(&mut self, key: &str, value: &[u8]) -> Result<(), CtxError> {

@@ -248,6 +248,9 @@ async fn call(node: &Arc<Node>, method: u32, body: &[u8]) -> Result<Vec<u8>, Sto
         Some(wire::Method::WriteSmall) => crate::rpc::write_small(node, proto::SmallWrite::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec()),
         Some(wire::Method::Begin) => crate::rpc::begin(node, proto::BeginRequest::decode(body).map_err(bad)?).map(|r| r.encode_to_vec()),
         Some(wire::Method::ReadSmall) => crate::rpc::read_small(node, proto::SmallRef::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec()),
+        Some(wire::Method::ReadSmallMany) => {
+            crate::rpc::read_small_many(node, proto::SmallRefs::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec())
+        }
         Some(wire::Method::Enqueue) => crate::rpc::enqueue(node, proto::EnqueueRequest::decode(body).map_err(bad)?).map(|r| r.encode_to_vec()),
         Some(wire::Method::Commit) => crate::rpc::commit(node, proto::ActionRef::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec()),
         None => return Err(StoreError::InvalidArgument { what: format!("unknown data plane method {method}") }),

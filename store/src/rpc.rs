@@ -119,6 +119,22 @@ pub(crate) async fn read_small(node: &Node, r: proto::SmallRef) -> Result<proto:
     Ok(proto::SmallValue { found: v.is_some(), value: v.unwrap_or_default().into() })
 }
 
+/// Most keys one `ReadSmallMany` names.
+const MAX_SMALL_MANY: usize = 4096;
+
+pub(crate) async fn read_small_many(node: &Node, r: proto::SmallRefs) -> Result<proto::SmallValues, Status> {
+    let mode = lock_mode(r.mode)?;
+    if r.keys.len() > MAX_SMALL_MANY {
+        return Err(status(StoreError::InvalidArgument { what: format!("a read of {} small objects (at most {MAX_SMALL_MANY})", r.keys.len()) }));
+    }
+    let mut values = Vec::with_capacity(r.keys.len());
+    for key in &r.keys {
+        let v = node.read_small(action(r.action), key, mode).await.map_err(status)?;
+        values.push(proto::SmallValue { found: v.is_some(), value: v.unwrap_or_default().into() });
+    }
+    Ok(proto::SmallValues { values })
+}
+
 pub(crate) fn enqueue(node: &Node, r: proto::EnqueueRequest) -> Result<proto::Empty, Status> {
     let a = required_action(r.action)?;
     node.enqueue(a, bag_name(&r.bag)?, r.payload.to_vec()).map_err(status)?;
@@ -205,6 +221,10 @@ impl Store for Rpc {
 
     async fn read_small(&self, req: Request<proto::SmallRef>) -> Reply<proto::SmallValue> {
         Ok(Response::new(read_small(&self.node, req.into_inner()).await?))
+    }
+
+    async fn read_small_many(&self, req: Request<proto::SmallRefs>) -> Reply<proto::SmallValues> {
+        Ok(Response::new(read_small_many(&self.node, req.into_inner()).await?))
     }
 
     async fn write_small(&self, req: Request<proto::SmallWrite>) -> Reply<proto::Empty> {

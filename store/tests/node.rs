@@ -218,6 +218,37 @@ async fn a_write_lock_conflict_times_out_and_a_crossing_pair_deadlocks() {
 }
 
 #[tokio::test]
+async fn a_read_of_many_small_objects_answers_in_order_and_holds_every_lock() {
+    for path in PATHS {
+        let n = node_over(path).await;
+        let s = n.client.open_session("t").await.unwrap();
+        let setup = s.begin().await.unwrap();
+        setup.write_small("c/1", b"one").await.unwrap();
+        setup.write_small("c/3", b"three").await.unwrap();
+        setup.commit().await.unwrap();
+
+        let a = s.begin().await.unwrap();
+        let keys: Vec<String> = ["c/3", "c/2", "c/1"].iter().map(|k| k.to_string()).collect();
+        let got = a.read_smalls(&keys, true).await.unwrap();
+        assert_eq!(got, vec![Some(b"three".to_vec()), None, Some(b"one".to_vec())], "{path:?}");
+
+        // Every key, the missing one too, is write-locked by `a` now.
+        let b = s.begin().await.unwrap();
+        for key in &keys {
+            let err = b.read_small(key, false).await.unwrap_err();
+            assert!(matches!(err, StoreError::LockTimeout { .. }), "{path:?} {key}: {err}");
+        }
+        a.write_small("c/2", b"two").await.unwrap();
+        a.commit().await.unwrap();
+        assert_eq!(b.read_smalls(&keys[1..], false).await.unwrap(), vec![Some(b"two".to_vec()), Some(b"one".to_vec())]);
+
+        let too_many: Vec<String> = (0..5000).map(|k| format!("k/{k}")).collect();
+        let err = b.read_smalls(&too_many, false).await.unwrap_err();
+        assert!(matches!(err, StoreError::InvalidArgument { .. }), "{path:?}: {err}");
+    }
+}
+
+#[tokio::test]
 async fn a_waiter_gets_the_lock_when_the_holder_commits() {
     let n = node_with(|c| c.node.lock_timeout = Duration::from_secs(5)).await;
     let s = n.client.open_session("t").await.unwrap();

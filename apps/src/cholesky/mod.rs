@@ -319,10 +319,11 @@ pub(crate) fn run(
 /// Decrements the counters of the tasks that read `L(r, c)` and enqueues
 /// those that reach zero, all in the committing task's action.
 fn release_successors(job: uuid::Uuid, p: u32, r: u32, c: u32, ctx: &mut dyn TaskCtx) -> Result<(), TaskError> {
-    for (i, j) in successors(p, r, c) {
-        job::release_dependency(ctx, &counter_key(job, i, j), &dag_bag(job), &enc(CholTask::Block { i, j }))?;
-    }
-    Ok(())
+    let releases: Vec<job::Release> = successors(p, r, c)
+        .into_iter()
+        .map(|(i, j)| job::Release { key: counter_key(job, i, j), bag: dag_bag(job), task: enc(CholTask::Block { i, j }) })
+        .collect();
+    job::release_dependencies(ctx, &releases)
 }
 
 #[cfg(test)]

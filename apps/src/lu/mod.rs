@@ -341,15 +341,16 @@ pub(crate) fn run(
             swap(job, lu, m + 1..p, m, ctx)?;
         }
     }
-    if right_looking {
-        for s in right_looking::successors(p, t) {
-            job::release_dependency(ctx, &counter_key(job, s), &dag_bag(job), &job::encode_task(&s))?;
-        }
+    let next = if right_looking {
+        right_looking::successors(p, t)
     } else if dag {
-        for s in successors(p, t) {
-            job::release_dependency(ctx, &counter_key(job, s), &dag_bag(job), &job::encode_task(&s))?;
-        }
-    }
+        successors(p, t)
+    } else {
+        Vec::new()
+    };
+    let releases: Vec<job::Release> =
+        next.iter().map(|s| job::Release { key: counter_key(job, *s), bag: dag_bag(job), task: job::encode_task(s) }).collect();
+    job::release_dependencies(ctx, &releases)?;
     Ok(TaskOutcome { flops })
 }
 

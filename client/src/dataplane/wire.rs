@@ -98,10 +98,13 @@ pub enum Method {
     Enqueue = 5,
     /// `ActionRef` → `Empty`: the commit, as the gRPC `Commit` runs it.
     Commit = 6,
+    /// `SmallRefs` → `SmallValues`.
+    ReadSmallMany = 7,
 }
 
 impl Method {
-    pub const ALL: [Method; 6] = [Method::Dequeue, Method::WriteSmall, Method::Begin, Method::ReadSmall, Method::Enqueue, Method::Commit];
+    pub const ALL: [Method; 7] =
+        [Method::Dequeue, Method::WriteSmall, Method::Begin, Method::ReadSmall, Method::Enqueue, Method::Commit, Method::ReadSmallMany];
 
     pub fn from_u32(m: u32) -> Option<Method> {
         Method::ALL.into_iter().find(|&k| k as u32 == m)
