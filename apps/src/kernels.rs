@@ -85,6 +85,30 @@ fn tr(t: bool) -> CBLAS_TRANSPOSE {
 
 // Blocks have pub fields: a data length that disagrees with the shape
 // would let BLAS run off the end of the buffer.
+thread_local! {
+    /// Time this thread spent in the kernels since [`take_kernel_time`].
+    static KERNEL_TIME: std::cell::Cell<std::time::Duration> = const { std::cell::Cell::new(std::time::Duration::ZERO) };
+}
+
+/// Time the calling thread spent in the kernels of this module since the
+/// last call, and starts counting again from zero: a slave logs it per
+/// task, so a timeline can tell BLAS/LAPACK from everything else a task's
+/// thread does (the model predicts kernel times from `bench params`'s
+/// sweep; the rest it must account for apart).
+pub fn take_kernel_time() -> std::time::Duration {
+    KERNEL_TIME.with(|t| t.replace(std::time::Duration::ZERO))
+}
+
+/// Runs a kernel and adds its time to the thread's [`take_kernel_time`].
+/// (A clock read is tens of nanoseconds; the smallest kernel a job runs,
+/// b = 64, takes tens of microseconds.)
+fn timed<R>(kernel: impl FnOnce() -> R) -> R {
+    let started = std::time::Instant::now();
+    let r = kernel();
+    KERNEL_TIME.with(|t| t.set(t.get() + started.elapsed()));
+    r
+}
+
 fn whole(bs: &[&Block]) {
     for b in bs {
         assert_eq!(b.data.len(), b.rows * b.cols, "block data does not match its shape");
@@ -108,7 +132,7 @@ pub fn gemm(alpha: f64, a: &Block, ta: bool, b: &Block, tb: bool, beta: f64, c: 
     }
     // SAFETY: shapes match (asserted above) and the
     // slices hold rows*cols elements with leading dimension rows.
-    unsafe {
+    timed(|| unsafe {
         cblas_dgemm(
             CblasColMajor,
             tr(ta),
@@ -125,7 +149,7 @@ pub fn gemm(alpha: f64, a: &Block, ta: bool, b: &Block, tb: bool, beta: f64, c: 
             c.data.as_mut_ptr(),
             ld(c.rows),
         )
-    }
+    })
 }
 
 /// Lower triangle of `C := alpha · A·Aᵀ + beta · C` (dsyrk); the strict upper
@@ -137,7 +161,7 @@ pub fn syrk_lower(alpha: f64, a: &Block, beta: f64, c: &mut Block) {
         return;
     }
     // SAFETY: as in gemm.
-    unsafe {
+    timed(|| unsafe {
         cblas_dsyrk(
             CblasColMajor,
             CblasLower,
@@ -151,7 +175,7 @@ pub fn syrk_lower(alpha: f64, a: &Block, beta: f64, c: &mut Block) {
             c.data.as_mut_ptr(),
             ld(c.rows),
         )
-    }
+    })
 }
 
 /// In-place Cholesky `A = L·Lᵀ` of the lower triangle (dpotrf); the strict
@@ -165,7 +189,7 @@ pub fn potrf_lower(a: &mut Block) -> Result<(), usize> {
     let mut info = 0;
     if n > 0 {
         // SAFETY: square block with lda = n.
-        unsafe { lapack::dpotrf(b'L', n as i32, &mut a.data, ld(n), &mut info) };
+        timed(|| unsafe { lapack::dpotrf(b'L', n as i32, &mut a.data, ld(n), &mut info) });
     }
     if info != 0 {
         return Err(info.unsigned_abs() as usize);
@@ -208,7 +232,7 @@ fn trsm(left: bool, upper: bool, trans: bool, unit: bool, t: &Block, b: &mut Blo
         return;
     }
     // SAFETY: shapes as asserted.
-    unsafe {
+    timed(|| unsafe {
         cblas_dtrsm(
             CblasColMajor,
             if left { CblasLeft } else { CblasRight },
@@ -223,7 +247,7 @@ fn trsm(left: bool, upper: bool, trans: bool, unit: bool, t: &Block, b: &mut Blo
             b.data.as_mut_ptr(),
             ld(b.rows),
         )
-    }
+    })
 }
 
 /// In-place LU without pivoting, packed as LAPACK does (unit lower `L` below
@@ -234,7 +258,7 @@ pub fn lu_nopiv(a: &mut Block) -> Result<(), usize> {
     assert_eq!(a.rows, a.cols);
     whole(&[a]);
     let n = a.rows;
-    lu_nopiv_rec(&mut a.data, n, 0, n)
+    timed(|| lu_nopiv_rec(&mut a.data, n, 0, n))
 }
 
 // Factors the square sub-matrix at (off, off) of size m inside an n×n column-major array.
@@ -304,7 +328,7 @@ pub fn getrf(a: &mut Block) -> (Vec<usize>, Result<(), usize>) {
         // spawn costs microseconds against a panel factorisation.
         let (rows, cols) = (a.rows as i32, a.cols as i32);
         let (data, piv) = (&mut a.data, &mut ipiv);
-        std::thread::scope(|s| {
+        timed(|| std::thread::scope(|s| {
             std::thread::Builder::new()
                 .name("dgetrf".into())
                 .stack_size(GETRF_STACK_BYTES)
@@ -313,7 +337,7 @@ pub fn getrf(a: &mut Block) -> (Vec<usize>, Result<(), usize>) {
                 .expect("spawning the dgetrf thread")
                 .join()
                 .expect("dgetrf thread panicked");
-        });
+        }));
     }
     let piv = ipiv[..k].iter().map(|&p| (p - 1).max(0) as usize).collect();
     let res = if info > 0 { Err(info as usize - 1) } else { Ok(()) };
@@ -345,6 +369,23 @@ mod tests {
             }
         }
         c
+    }
+
+    /// The kernel clock counts a kernel's time on the calling thread and
+    /// starts again from zero when read.
+    #[test]
+    fn kernel_time_counts_kernels_on_this_thread() {
+        let _ = take_kernel_time();
+        let (a, b) = (rand_block(200, 200, 1), rand_block(200, 200, 2));
+        let mut c = Block::zeros(200, 200);
+        let started = std::time::Instant::now();
+        gemm(1.0, &a, false, &b, false, 0.0, &mut c);
+        let wall = started.elapsed();
+        let counted = take_kernel_time();
+        assert!(counted > std::time::Duration::ZERO && counted <= wall, "{counted:?} of {wall:?}");
+        assert_eq!(take_kernel_time(), std::time::Duration::ZERO);
+        std::thread::spawn(move || gemm(1.0, &a, false, &b, false, 0.0, &mut c)).join().unwrap();
+        assert_eq!(take_kernel_time(), std::time::Duration::ZERO, "another thread's kernels are its own");
     }
 
     #[test]

@@ -174,14 +174,16 @@ impl Slave {
         let rt = tokio::runtime::Handle::current();
         let (client, spec) = (self.client.clone(), job.spec.clone());
         let writes = Writes::new(self.in_flight.clone(), self.largest_block.clone());
-        let (outcome, action, task, writes, waits) = tokio::task::spawn_blocking(move || {
+        let (outcome, action, task, writes, waits, kernels) = tokio::task::spawn_blocking(move || {
             let mut ctx = StoreCtx { rt, client: &client, action: &action, job: spec.job(), prefetch: Default::default(), writes, waits: Default::default() };
             let tries = task.attempts + task.returns;
+            apps::kernels::take_kernel_time();
             let outcome = run_task(&spec, &task.payload, tries, &mut ctx);
+            let kernels = apps::kernels::take_kernel_time();
             // Ends any prefetch the task announced but never read, before
             // the action commits or aborts.
             let StoreCtx { writes, waits, .. } = ctx;
-            (outcome, action, task, writes, waits)
+            (outcome, action, task, writes, waits, kernels)
         })
         .await
         .map_err(|e| StoreError::StoreUnavailable { what: format!("task thread failed: {e}") })?;
@@ -190,6 +192,7 @@ impl Slave {
             action = action.id(),
             ok = outcome.is_ok(),
             ms = ms(started.elapsed()),
+            kernel_ms = ms(kernels),
             prefetched = waits.prefetched,
             prefetched_wait_ms = ms(waits.prefetched_wait),
             in_open = waits.in_open,
