@@ -61,6 +61,16 @@ pub(crate) struct Args {
     /// implementation's slave: 2097152.
     #[arg(long, default_value_t = 0.0)]
     prefetch_bytes: f64,
+    /// With --overlap: slaves prefetch only within the task they hold
+    /// (this implementation), so the reads a task's first kernel needs
+    /// are never hidden (default: the source's two threads per slave).
+    #[arg(long)]
+    prefetch_within_task: bool,
+    /// Updates accumulate inside the multiply kernel (this
+    /// implementation's dgemm/dsyrk with beta = 1): no separate add or
+    /// subtract (default: the source's separate add, eq. 4.2).
+    #[arg(long)]
+    fused_update: bool,
     /// With --overlap: the source's slave, whose block writes do not
     /// overlap its compute (default: this implementation's write-behind
     /// slave, whose writes all do).
@@ -268,6 +278,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             slave_overlap: args.overlap,
             slave_overlap_share: args.overlap_share,
             slave_prefetch_bytes: args.prefetch_bytes,
+            prefetch_within_task: args.prefetch_within_task,
+            fused_update: args.fused_update,
             write_behind: !args.no_write_behind,
             slave_reads: args.slave_reads,
             diagonal_syrk: args.diagonal_syrk,

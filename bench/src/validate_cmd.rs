@@ -43,23 +43,27 @@
 //! The error is `(predicted − measured) / measured`; the target is 10 %
 //! for every point (issue 6).
 //!
-//! Known to be wrong and left so: every update is charged the thesis's
-//! separate add or subtract (`tadd`, at `P`'s threshold: 0.11 ms per
-//! update at b ≤ 1200), though this implementation's dgemm accumulates in
-//! place. Without it matmul at b = 256 is predicted within 10 % (it is
-//! over by 20 % with it since slaves prefetch several small blocks ahead),
-//! but Cholesky and LU at b = 256 fall 20–30 % short (offline, four grid
-//! runs). There round trips inside tasks cost more than `bench params`
-//! measures on a quiet node. Cholesky dag, n = 4096, b = 256, one slave:
-//! 791 ms in tasks besides 97 ms waiting for reads, against about 550 ms
-//! of kernels at their measured rates (a `perf` profile of the slave: 58 %
-//! in BLAS, 9 % copying reads, nothing else large). The slave's debug
-//! timeline (`small_wait_ms`) puts 177 ms of it in its 1360 dependency
-//! releases' counter reads: 0.13 ms each in the job, against the
-//! 0.04–0.06 ms `bench params` and this command measure on an idle node. LU with barrier steps has no releases and its tasks' time
-//! matches its kernels; it waits instead for reads (0.24 s of 1.79) that
-//! the model takes as hidden. The charge stays until these costs are
-//! measured under load and modelled.
+//! Updates accumulate inside dgemm/dsyrk (`Options::fused_update`): the
+//! thesis's separate add (`tadd`, at `P`'s threshold, 0.11 ms per update
+//! at b <= 1200) is not charged; with it matmul at b = 256 was predicted
+//! 20 % over. The slave prefetches within its task only
+//! (`Options::prefetch_within_task`): the reads each task's first kernel
+//! needs are in series. A dag task's dependency releases are one request
+//! (`ReadSmallMany`, `Params::dag_release`).
+//!
+//! Known gap at b = 256: Cholesky and LU there run 10-20 % longer than
+//! predicted in most grid runs, and the same point moves by up to 20 %
+//! between runs (Cholesky dag, one slave: 0.72 s and 0.86 s, fastest of
+//! three each, in two grid runs half an hour apart). The slave's debug timeline (`kernel_ms`, the
+//! read and release waits per task) shows where: LU n = 4096, one slave,
+//! 1.36 s in tasks = 1.06 s of kernels (the model's are within 5 %) +
+//! 0.23 s waiting for reads + 0.06 s else; a two-block solve task waits
+//! 0.19 ms per block read in the job, where `bench params` measures
+//! 0.08 ms for the same get on a quiet node, from the runtime or from a
+//! blocking thread alike. The model charges the quiet figure. What makes
+//! the in-job read slower was not found; the 0.43 s between LU's tasks
+//! against the model's 0.28 s of per-task round trips, barriers and job
+//! latency neither.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -146,6 +150,8 @@ pub(crate) fn implementation_options(app: App, s: u64, cores: u64) -> Options {
         slave_overlap: matches!(app, App::Matmul | App::Cholesky(_) | App::Lu { .. }),
         slave_overlap_share: model::ONE_BLOCK_AHEAD_OF_PAIRS,
         slave_prefetch_bytes: model::SLAVE_PREFETCH_BYTES,
+        prefetch_within_task: true,
+        fused_update: true,
         write_behind: true,
         slave_reads: true,
         diagonal_syrk: true,

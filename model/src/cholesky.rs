@@ -34,12 +34,15 @@ fn ops(t: &Primitives) -> f64 {
 /// `tmult` (a dsyrk under [`Options::diagonal_syrk`]).
 pub fn diag_task(t: &Primitives, j: u64) -> TaskCost {
     let jf = j as f64;
+    // Its block and, to update it, L(j,1) (`apps::cholesky` order).
+    let lead = jf.min(2.0);
     TaskCost {
         disk: jf * t.tdget + t.tdput,
         net: jf * t.tcom_read + t.tcom,
         comp: (jf - 1.0) * (t.tdiag_update + t.tsub()) + t.tchol,
         put: t.tdput + t.tcom,
         at_slave: jf * t.tcom_at_slave,
+        lead: lead * t.tget,
     }
 }
 
@@ -47,12 +50,15 @@ pub fn diag_task(t: &Primitives, j: u64) -> TaskCost {
 /// `2j·tget + (j−1)(tmult+tsub) + tsolve + tput`.
 pub fn off_task(t: &Primitives, j: u64) -> TaskCost {
     let jf = j as f64;
+    // Its block and a pair to update it, or L(j,j) to solve it.
+    let lead = if j > 1 { 3.0 } else { 2.0 };
     TaskCost {
         disk: 2.0 * jf * t.tdget + t.tdput,
         net: 2.0 * jf * t.tcom_read + t.tcom,
         comp: (jf - 1.0) * ops(t) + t.tsolve,
         put: t.tdput + t.tcom,
         at_slave: 2.0 * jf * t.tcom_at_slave,
+        lead: lead * t.tget,
     }
 }
 
@@ -180,6 +186,8 @@ pub fn steps(t: &Primitives, p: u64, variant: Variant) -> Vec<Step> {
                     comp: o.comp + d.comp,
                     put: o.put + d.put,
                     at_slave: o.at_slave + d.at_slave,
+                    // The diagonal part reads on while the off part computes.
+                    lead: o.lead,
                 });
                 st.push(p - j - 1, o);
                 steps.push(st);
@@ -302,7 +310,7 @@ pub fn critical_path_overlapped(t: &Primitives, p: u64, ov: crate::schedule::Ove
         return critical_paths(t, p).0;
     }
     let share = ov.slave_share.clamp(0.0, 1.0);
-    let hidden = |c: &TaskCost| share * (c.io() - c.put).min(c.comp);
+    let hidden = |c: &TaskCost| share * c.hideable_reads(ov).min(c.comp);
     chain_of(t, p, &|c: &TaskCost| c.total() - hidden(c))
 }
 

@@ -327,6 +327,7 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
         slave_share: options.overlap_share_for(b),
         store_nodes: options.store_nodes.max(1),
         write_behind: options.write_behind,
+        lead_in_series: options.prefetch_within_task,
     };
     // T∞ without CPU sharing: with unboundedly many slaves on one machine
     // the shared-CPU slow-down would be unbounded.

@@ -114,7 +114,7 @@ impl Primitives {
             tget_cached: tdget_cached + tcom_read,
             tput: tdput + tcom,
             tmult: params.kernel_time(Kernel::Multiply, 2.0 * x * x * y),
-            tadd: params.add_rate().cost(x * y),
+            tadd: if options.fused_update { 0.0 } else { params.add_rate().cost(x * y) },
             tsolve: params.kernel_time(Kernel::Solve, cube),
             tsolve_lu: params.kernel_time(Kernel::LuSolve, cube),
             tchol: params.kernel_time(Kernel::Factor, cube / 3.0),

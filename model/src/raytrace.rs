@@ -62,6 +62,7 @@ pub fn steps(params: &Params, side: u64, grain: u64, options: &Options, slowdown
                 comp: slowdown * weight * (rows * side) as f64 / params.ray_rate() + options.raytrace_task_overhead,
                 put: params.disk_put.cost(bytes) + params.network.cost(bytes),
                 at_slave: 0.0,
+                lead: 0.0,
             },
         );
     }

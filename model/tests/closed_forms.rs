@@ -20,6 +20,8 @@ const INF: Options = Options {
     slave_overlap: false,
     slave_overlap_share: 1.0,
     slave_prefetch_bytes: 0.0,
+    prefetch_within_task: false,
+    fused_update: false,
     write_behind: false,
     slave_reads: false,
     diagonal_syrk: false,
