@@ -542,6 +542,8 @@ pub(crate) async fn task_costs_now(client: &Client, quick: bool) -> anyhow::Resu
 struct StoreSweep {
     network: Vec<Point>,
     hot_get: Vec<Point>,
+    /// Cached reads while a put and commit run ([`gets_behind_puts`]).
+    get_behind: Vec<Point>,
     cold_get: Vec<Point>,
     put: Vec<Point>,
     /// Puts over a block's older version.
@@ -696,6 +698,7 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     };
     let _ = read_all(client.clone(), matrices.clone()).await?;
     let hot_get = read_all(client.clone(), matrices.clone()).await?;
+    let get_behind = gets_behind_puts(&client, &matrices).await?;
     drop(session);
     drop(client);
     node.shutdown().await?;
@@ -706,7 +709,48 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     let cold_get = read_all(client.clone(), matrices).await?;
     drop(client);
     node.shutdown().await?;
-    Ok(StoreSweep { network, hot_get, cold_get, put, put_over, commit_small, per_task })
+    Ok(StoreSweep { network, hot_get, get_behind, cold_get, put, put_over, commit_small, per_task })
+}
+
+/// Cached reads as a slave's task thread makes its first ones under
+/// write-behind (`Params::local_get_behind`): from a blocking thread
+/// through `Handle::block_on`, each while a put and commit of another
+/// block of the same size (the previous task's ending) run on the
+/// runtime, started just before. Per block size, the median seconds.
+async fn gets_behind_puts(client: &Client, matrices: &[(usize, uuid::Uuid, u32)]) -> anyhow::Result<Vec<Point>> {
+    let session = std::sync::Arc::new(client.open_session("bench-params-read-behind").await?);
+    let rt = tokio::runtime::Handle::current();
+    let mut out = Vec::new();
+    for &(b, id, g) in matrices {
+        let (session, rt) = (session.clone(), rt.clone());
+        let mut times = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<f64>> {
+            let mut times = Vec::new();
+            for i in 0..g {
+                for j in 0..g {
+                    // The ending writes a block this read does not lock.
+                    let (wi, wj) = ((i + 1) % g, j);
+                    let block = random_block(b, (i * 100 + j + 13) as u64);
+                    let ending_session = session.clone();
+                    let ending = rt.spawn(async move {
+                        let a = ending_session.begin().await?;
+                        a.put_block(id, wi, wj, BlockData { rows: block.rows, cols: block.cols, data: block.data }).await?;
+                        a.commit().await
+                    });
+                    let a = rt.block_on(session.begin())?;
+                    let t = Instant::now();
+                    let blk = rt.block_on(a.get_block(id, i, j))?;
+                    times.push(t.elapsed().as_secs_f64());
+                    anyhow::ensure!(blk.data.len() == b * b, "block of {} values, want {}", blk.data.len(), b * b);
+                    rt.block_on(a.commit())?;
+                    rt.block_on(ending)??;
+                }
+            }
+            Ok(times)
+        })
+        .await??;
+        out.push(Point { units: (8 * b * b) as f64, secs: median(&mut times) });
+    }
+    Ok(out)
 }
 
 /// The store's own part of a transfer: measured time minus the network
@@ -767,12 +811,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     // The client reads on the node's machine, as the slaves do: the node
     // passes the version file, and no block bytes cross a socket.
     let local_get = fit_range(&st.hot_get, min_bytes, "local get");
+    let local_get_behind = fit_range(&st.get_behind, min_bytes, "local get behind a put");
     let disk_put = fit_range(&minus_network(&st.put, &network), min_bytes, "put");
     let disk_put_overwrite = fit_range(&minus_network(&st.put_over, &network), min_bytes, "put over");
     print_sweep("network (C)", "B", 1e6, &st.network, &network);
     print_sweep("get cold", "B", 1e6, &st.cold_get, &disk_get);
     print_sweep("get cached", "B", 1e6, &st.hot_get, &disk_get_cached);
     print_sweep("local get", "B", 1e6, &st.hot_get, &local_get);
+    print_sweep("get behind put", "B", 1e6, &st.get_behind, &local_get_behind);
     print_sweep("put+commit", "B", 1e6, &st.put, &disk_put);
     print_sweep("overwrite+commit", "B", 1e6, &st.put_over, &disk_put_overwrite);
     eprintln!(
@@ -815,6 +861,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         disk_put_cached: None,
         disk_put_overwrite: Some(disk_put_overwrite),
         local_get: Some(local_get),
+        local_get_behind: Some(local_get_behind),
         bsp: None,
         ray_pixel_rate: Some(ray),
         ray_profile: Some(ray_profile),
@@ -849,6 +896,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     fig("params_disk_put_overwrite_threshold", disk_put_overwrite.threshold, "B");
     fig("params_local_get_rate", local_get.bandwidth / 1e6, "MB/s");
     fig("params_local_get_threshold", local_get.threshold, "B");
+    fig("params_local_get_behind_rate", local_get_behind.bandwidth / 1e6, "MB/s");
+    fig("params_local_get_behind_threshold", local_get_behind.threshold, "B");
     fig("params_task_overhead", st.per_task.overhead * 1e3, "ms");
     fig("params_task_wake", st.per_task.wake * 1e3, "ms");
     fig("params_dag_release", st.per_task.release * 1e3, "ms");

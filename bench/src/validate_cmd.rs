@@ -48,22 +48,20 @@
 //! at b <= 1200) is not charged; with it matmul at b = 256 was predicted
 //! 20 % over. The slave prefetches within its task only
 //! (`Options::prefetch_within_task`): the reads each task's first kernel
-//! needs are in series. A dag task's dependency releases are one request
+//! needs are in series, and they run while the previous task's ending (its
+//! put and commit, written behind) is at the node, so they cost
+//! `Params::local_get_behind`, at most twice a quiet get. LU, n = 4096,
+//! b = 256, one slave: a two-block solve task waited 0.19 ms per block in
+//! the job, against 0.08 ms for a quiet get and 0.16 ms for one behind a
+//! put (`bench params`); its tasks spent 1.06 s in kernels and 0.23 s
+//! waiting for reads. A dag task's dependency releases are one request
 //! (`ReadSmallMany`, `Params::dag_release`).
 //!
-//! Known gap at b = 256: Cholesky and LU there run 10-20 % longer than
-//! predicted in most grid runs, and the same point moves by up to 20 %
-//! between runs (Cholesky dag, one slave: 0.72 s and 0.86 s, fastest of
-//! three each, in two grid runs half an hour apart). The slave's debug timeline (`kernel_ms`, the
-//! read and release waits per task) shows where: LU n = 4096, one slave,
-//! 1.36 s in tasks = 1.06 s of kernels (the model's are within 5 %) +
-//! 0.23 s waiting for reads + 0.06 s else; a two-block solve task waits
-//! 0.19 ms per block read in the job, where `bench params` measures
-//! 0.08 ms for the same get on a quiet node, from the runtime or from a
-//! blocking thread alike. The model charges the quiet figure. What makes
-//! the in-job read slower was not found; the 0.43 s between LU's tasks
-//! against the model's 0.28 s of per-task round trips, barriers and job
-//! latency neither.
+//! Known gap: Cholesky at b = 256 runs about 10 % longer than predicted,
+//! and single points move by up to 20 % between grid runs on this host
+//! (Cholesky dag, b = 256, one slave: 0.72 s and 0.86 s, fastest of three
+//! each, half an hour apart). At b = 1024 with two slaves LU and Cholesky
+//! are predicted 8–17 % over.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -186,6 +184,7 @@ fn thesis_params(params: &Params) -> Params {
         kernels: None,
         disk_put_overwrite: None,
         local_get: None,
+        local_get_behind: None,
         ray_profile: None,
         ..warm(params)
     }

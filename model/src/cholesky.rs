@@ -39,7 +39,7 @@ pub fn diag_task(t: &Primitives, j: u64) -> TaskCost {
     TaskCost {
         disk: jf * t.tdget + t.tdput,
         net: jf * t.tcom_read + t.tcom,
-        comp: (jf - 1.0) * (t.tdiag_update + t.tsub()) + t.tchol,
+        comp: (jf - 1.0) * (t.tdiag_update + t.tsub()) + t.tchol + lead * t.tlead_extra,
         put: t.tdput + t.tcom,
         at_slave: jf * t.tcom_at_slave,
         lead: lead * t.tget,
@@ -55,7 +55,7 @@ pub fn off_task(t: &Primitives, j: u64) -> TaskCost {
     TaskCost {
         disk: 2.0 * jf * t.tdget + t.tdput,
         net: 2.0 * jf * t.tcom_read + t.tcom,
-        comp: (jf - 1.0) * ops(t) + t.tsolve,
+        comp: (jf - 1.0) * ops(t) + t.tsolve + lead * t.tlead_extra,
         put: t.tdput + t.tcom,
         at_slave: 2.0 * jf * t.tcom_at_slave,
         lead: lead * t.tget,

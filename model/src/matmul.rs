@@ -122,7 +122,7 @@ pub fn steps(t: &Primitives, p: u64, b: u64, options: &Options) -> Vec<Step> {
         disk: (rc.n3 * t.tdget + rc.n2 * t.tdget_cached) / tasks + t.tdput,
         net: (rc.n2 + rc.n3) / tasks * t.tcom_read + t.tcom,
         // A(i,1) and B(1,j) before the first multiply.
-        comp: pf * (t.tmult + t.tadd),
+        comp: pf * (t.tmult + t.tadd) + 2.0 * t.tlead_extra,
         put: t.tdput + t.tcom,
         at_slave: (rc.n2 + rc.n3) / tasks * t.tcom_at_slave,
         lead: 2.0 * t.tget,

@@ -37,6 +37,17 @@ pub struct Primitives {
     pub tget: f64,
     /// A read served from the store node's memory: `tdget_cached + tcom_read`.
     pub tget_cached: f64,
+    /// What a read a task's first kernel waits for (extension, a
+    /// [`crate::schedule::TaskCost::lead`] read) costs beyond `tget`: with
+    /// [`Options::prefetch_within_task`] and [`Options::slave_reads`],
+    /// `Params::local_get_behind` less `local_get`, at most `local_get`
+    /// again, else 0. The cap: the read shares the cores with the ending
+    /// (processor sharing of two takes at most twice as long). `bench
+    /// params`' get starts with the ending's whole transfer and measured
+    /// 2.7 times a quiet get at 8 MiB; LU's solve tasks, n = 4096,
+    /// b = 1024, waited 1.7–1.9 times in a job (2.0–2.5 at b = 256). The
+    /// slave's time: the task's costs charge it as compute.
+    pub tlead_extra: f64,
     /// `tput = 8b₁b₂(1/Dput + 1/C)` (4.3, 5.22).
     pub tput: f64,
     /// `tmult = 2b₁²b₂/P` (4.1, 5.21).
@@ -112,6 +123,12 @@ impl Primitives {
             tcom_at_slave: if options.slave_reads { tcom_read } else { 0.0 },
             tget: tdget + tcom_read,
             tget_cached: tdget_cached + tcom_read,
+            tlead_extra: match params.local_get_behind {
+                Some(behind) if options.prefetch_within_task && options.slave_reads && !options.use_bsp => {
+                    (behind.cost(bytes) - tcom_read).clamp(0.0, tcom_read)
+                }
+                _ => 0.0,
+            },
             tput: tdput + tcom,
             tmult: params.kernel_time(Kernel::Multiply, 2.0 * x * x * y),
             tadd: if options.fused_update { 0.0 } else { params.add_rate().cost(x * y) },
@@ -237,6 +254,30 @@ mod tests {
         params.local_get = None;
         let unmeasured = Primitives::square(&params, 300, &local).unwrap();
         assert_eq!(unmeasured.tcom_read, unmeasured.tcom);
+    }
+
+    /// A lead read behind the previous task's ending costs what
+    /// `local_get_behind` measures beyond `local_get`, only for a slave
+    /// that prefetches within its task and reads blocks itself.
+    #[test]
+    fn lead_reads_pay_the_read_behind_a_put() {
+        let mut params = Params::thesis_fast();
+        params.local_get = Some(crate::Piecewise::new(1e9, 0.0));
+        params.local_get_behind = Some(crate::Piecewise::new(0.8e9, 0.0));
+        let bytes = 8.0 * 300.0 * 300.0;
+        let this = Options { slave_reads: true, prefetch_within_task: true, ..Options::default() };
+        let t = Primitives::square(&params, 300, &this).unwrap();
+        assert!((t.tlead_extra - (bytes / 0.8e9 - bytes / 1e9)).abs() < 1e-12, "{}", t.tlead_extra);
+        // At most the quiet read again.
+        params.local_get_behind = Some(crate::Piecewise::new(0.25e9, 0.0));
+        let capped = Primitives::square(&params, 300, &this).unwrap();
+        assert!((capped.tlead_extra - bytes / 1e9).abs() < 1e-12, "{}", capped.tlead_extra);
+        params.local_get_behind = Some(crate::Piecewise::new(0.8e9, 0.0));
+        for other in [Options { prefetch_within_task: false, ..this.clone() }, Options { slave_reads: false, ..this.clone() }] {
+            assert_eq!(Primitives::square(&params, 300, &other).unwrap().tlead_extra, 0.0);
+        }
+        params.local_get_behind = None;
+        assert_eq!(Primitives::square(&params, 300, &this).unwrap().tlead_extra, 0.0);
     }
 
     #[test]
