@@ -100,11 +100,25 @@ impl Slave {
         for (index, bag) in job.bags.iter().enumerate() {
             loop {
                 let asked = Instant::now();
-                if self.client.peek_small(&record::failed_key(id)).await?.is_some() {
+                // The job's failure flag is read beside the begin, not
+                // before it: one round trip less before each task (the
+                // first after a kernel, which pays the wake-ups: 0.33 ms
+                // on average, 1.4 ms at the 90th percentile, in LU n =
+                // 4096, b = 256 on one slave).
+                let failed_key = record::failed_key(id);
+                let (failed, action) = tokio::join!(self.client.peek_small(&failed_key), self.session.begin());
+                let action = action?;
+                let failed = match failed {
+                    Ok(flag) => flag.is_some(),
+                    Err(e) => {
+                        let _ = action.abort().await;
+                        return Err(e);
+                    }
+                };
+                if failed {
+                    action.abort().await?;
                     return Ok(Idle::Wait);
                 }
-                let peeked = asked.elapsed();
-                let action = self.session.begin().await?;
                 let begun = asked.elapsed();
                 let mut next = action.dequeue(bag, Duration::ZERO).await;
                 if matches!(next, Ok(Dequeue::NoneAvailable)) {
@@ -113,7 +127,7 @@ impl Slave {
                     self.settle().await?;
                     next = action.dequeue(bag, self.config.dequeue_wait).await;
                 }
-                tracing::trace!(peek_ms = ms(peeked), begin_ms = ms(begun - peeked), dequeue_ms = ms(asked.elapsed() - begun), "dequeued");
+                tracing::trace!(begin_ms = ms(begun), dequeue_ms = ms(asked.elapsed() - begun), "dequeued");
                 match next {
                     Ok(Dequeue::Empty) => {
                         action.abort().await?;
