@@ -550,6 +550,8 @@ struct StoreSweep {
     put_over: Vec<Point>,
     commit_small: f64,
     per_task: TaskCosts,
+    /// Task starts behind an ending, beyond quiet ones ([`task_starts_behind_endings`]).
+    start_behind: Vec<Point>,
 }
 
 /// Evicts every file under `dir` from the page cache (after syncing it):
@@ -699,6 +701,7 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     let _ = read_all(client.clone(), matrices.clone()).await?;
     let hot_get = read_all(client.clone(), matrices.clone()).await?;
     let get_behind = gets_behind_puts(&client, &matrices).await?;
+    let start_behind = task_starts_behind_endings(&client, &matrices).await?;
     drop(session);
     drop(client);
     node.shutdown().await?;
@@ -709,7 +712,7 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     let cold_get = read_all(client.clone(), matrices).await?;
     drop(client);
     node.shutdown().await?;
-    Ok(StoreSweep { network, hot_get, get_behind, cold_get, put, put_over, commit_small, per_task })
+    Ok(StoreSweep { network, hot_get, get_behind, cold_get, put, put_over, commit_small, per_task, start_behind })
 }
 
 /// Cached reads as a slave's task thread makes its first ones under
@@ -749,6 +752,61 @@ async fn gets_behind_puts(client: &Client, matrices: &[(usize, uuid::Uuid, u32)]
         })
         .await??;
         out.push(Point { units: (8 * b * b) as f64, secs: median(&mut times) });
+    }
+    Ok(out)
+}
+
+/// Task starts as a slave makes them under write-behind
+/// (`Params::task_start_behind`): its failure-flag read beside its begin,
+/// then its dequeue, timed while the previous task's ending (a put of a
+/// block of the size, a done record, the commit) runs on the runtime,
+/// started just before, and alternately with nothing behind them. Per
+/// block size, the median start behind an ending less the median quiet
+/// one (at least a microsecond: noise must not make a rate negative).
+async fn task_starts_behind_endings(client: &Client, matrices: &[(usize, uuid::Uuid, u32)]) -> anyhow::Result<Vec<Point>> {
+    let session = std::sync::Arc::new(client.open_session("bench-params-start-behind").await?);
+    let mut out = Vec::new();
+    for &(b, id, g) in matrices {
+        let bag = format!("bench-params/start-behind/{b}");
+        // At least 32 of each kind: a size of few blocks gave one
+        // median of 9 that was half its neighbours'.
+        let n = (2 * g * g).max(64);
+        let a = session.begin().await?;
+        for k in 0..n {
+            a.enqueue(&bag, &k.to_le_bytes()).await?;
+        }
+        a.commit().await?;
+        let (mut quiet, mut behind) = (Vec::new(), Vec::new());
+        for k in 0..n {
+            // As after a task's kernels: the node and the client idle.
+            tokio::time::sleep(PUT_PAUSE).await;
+            let ending = (k % 2 == 1).then(|| {
+                let (i, j) = ((k / 2) % g, (k / 2 / g) % g);
+                let block = random_block(b, k as u64);
+                let session = session.clone();
+                tokio::spawn(async move {
+                    let a = session.begin().await?;
+                    a.put_block(id, i, j, BlockData { rows: block.rows, cols: block.cols, data: block.data }).await?;
+                    a.write_small(&format!("bench-params/start-behind/done/{b}/{k}"), &[1u8; 64]).await?;
+                    a.commit().await
+                })
+            });
+            let t = Instant::now();
+            let (failed, a) = tokio::join!(client.peek_small("bench-params/start-behind/failed"), session.begin());
+            let a = a?;
+            anyhow::ensure!(failed?.is_none(), "no failure flag was written");
+            let Dequeue::Task(_) = a.dequeue(&bag, Duration::ZERO).await? else { anyhow::bail!("bag {bag} ran dry") };
+            let took = t.elapsed().as_secs_f64();
+            a.commit().await?;
+            match ending {
+                Some(e) => {
+                    e.await??;
+                    behind.push(took);
+                }
+                None => quiet.push(took),
+            }
+        }
+        out.push(Point { units: (8 * b * b) as f64, secs: (median(&mut behind) - median(&mut quiet)).max(1e-6) });
     }
     Ok(out)
 }
@@ -819,6 +877,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     print_sweep("get cached", "B", 1e6, &st.hot_get, &disk_get_cached);
     print_sweep("local get", "B", 1e6, &st.hot_get, &local_get);
     print_sweep("get behind put", "B", 1e6, &st.get_behind, &local_get_behind);
+    for p in &st.start_behind {
+        eprintln!("{:<16} {:>12.0} B: {:>10.3} ms more than a quiet start", "start behind", p.units, p.secs * 1e3);
+    }
     print_sweep("put+commit", "B", 1e6, &st.put, &disk_put);
     print_sweep("overwrite+commit", "B", 1e6, &st.put_over, &disk_put_overwrite);
     eprintln!(
@@ -867,6 +928,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         ray_profile: Some(ray_profile),
         task_overhead: Some(st.per_task.overhead),
         task_wake: Some(st.per_task.wake),
+        task_start_behind: Some(st.start_behind.iter().map(|p| [p.units, p.secs]).collect()),
         dag_release: Some(st.per_task.release),
         job_latency: latency,
         slave_start: start,
@@ -900,6 +962,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     fig("params_local_get_behind_threshold", local_get_behind.threshold, "B");
     fig("params_task_overhead", st.per_task.overhead * 1e3, "ms");
     fig("params_task_wake", st.per_task.wake * 1e3, "ms");
+    for p in &st.start_behind {
+        Figure {
+            name: "params_task_start_behind",
+            value: p.secs * 1e3,
+            unit: "ms",
+            target: None,
+            extra: vec![("quick", json!(args.quick)), ("bytes", json!(p.units))],
+        }
+        .print();
+    }
     fig("params_dag_release", st.per_task.release * 1e3, "ms");
     fig("params_ray_pixel_rate", ray, "pixel/s");
     if let Some(l) = latency {

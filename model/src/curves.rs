@@ -101,22 +101,28 @@ impl KernelCurves {
             ("syrk", Kernel::Syrk),
             ("lu_solve", Kernel::LuSolve),
         ] {
-            let curve = self.of(k);
-            for (i, &[x, t]) in curve.iter().enumerate() {
-                let bad = |value: f64, reason: &'static str| ParamsError::Invalid { name: format!("kernels.{name}[{i}]"), value, reason };
-                if !(x.is_finite() && x > 0.0) {
-                    return Err(bad(x, "flop must be finite and > 0"));
-                }
-                if !(t.is_finite() && t > 0.0) {
-                    return Err(bad(t, "seconds must be finite and > 0"));
-                }
-                if i > 0 && x <= curve[i - 1][0] {
-                    return Err(bad(x, "points must be in increasing flop"));
-                }
-            }
+            validate_points(&format!("kernels.{name}"), self.of(k))?;
         }
         Ok(())
     }
+}
+
+/// `Invalid` unless every point's size and seconds are finite and > 0
+/// and the sizes increase: what [`interpolate`] needs.
+pub(crate) fn validate_points(name: &str, curve: &[[f64; 2]]) -> Result<(), ParamsError> {
+    for (i, &[x, t]) in curve.iter().enumerate() {
+        let bad = |value: f64, reason: &'static str| ParamsError::Invalid { name: format!("{name}[{i}]"), value, reason };
+        if !(x.is_finite() && x > 0.0) {
+            return Err(bad(x, "size must be finite and > 0"));
+        }
+        if !(t.is_finite() && t > 0.0) {
+            return Err(bad(t, "seconds must be finite and > 0"));
+        }
+        if i > 0 && x <= curve[i - 1][0] {
+            return Err(bad(x, "points must be in increasing size"));
+        }
+    }
+    Ok(())
 }
 
 /// Flop counts of one block size, computed the same way twice.

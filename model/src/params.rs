@@ -183,6 +183,21 @@ pub struct Params {
     /// Absent: 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_wake: Option<f64>,
+    /// Extension: seconds more a task's start (its failure-flag read and
+    /// begin side by side, then its dequeue) takes while the previous
+    /// task's ending (a put of this many bytes, its record and commit)
+    /// runs behind it, as it does under write-behind: measured `[bytes,
+    /// seconds]` points by increasing bytes, from `bench params` against
+    /// the same start with nothing behind it, interpolated as the kernel
+    /// curves are ([`crate::curves`]). On this VM 0.08 ms with a small
+    /// block behind, 0.22 ms at 512 KiB, 0.66 ms at 2 MiB and 1.2 ms at
+    /// 8 MiB: the node and the slave's runtime move the block's bytes on
+    /// the two cores the start needs. A fixed part plus a rate, which one
+    /// piecewise-linear parameter cannot follow (fitted, it was half the
+    /// measured cost at 512 KiB and twice it at 8 MiB). Charged at the
+    /// slave per task, with [`crate::Options::write_behind`]. Absent: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_start_behind: Option<Vec<[f64; 2]>>,
     /// Extension: slave seconds of a dag Cholesky task's release request
     /// (its successors' counters read under their write locks in one round
     /// trip from the task's thread, their new values written behind),
@@ -265,6 +280,7 @@ impl Params {
             ray_profile: None,
             task_overhead: None,
             task_wake: None,
+            task_start_behind: None,
             dag_release: None,
             job_latency: None,
             slave_start: None,
@@ -408,6 +424,9 @@ impl Params {
         }
         if let Some(k) = &self.kernels {
             k.validate()?;
+        }
+        if let Some(points) = &self.task_start_behind {
+            crate::curves::validate_points("task_start_behind", points)?;
         }
         for &w in self.ray_profile.iter().flatten() {
             if !(w.is_finite() && w > 0.0) {

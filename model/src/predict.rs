@@ -164,7 +164,7 @@ enum Shape {
 fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown: f64) -> Result<Shape, ModelError> {
     let p = n.div_ceil(b);
     if app == App::Raytrace {
-        return Ok(with_overhead(Shape::Steps(raytrace::steps(params, n, b, options, slowdown)), params, p));
+        return Ok(with_overhead(Shape::Steps(raytrace::steps(params, n, b, options, slowdown)), params, p, start_behind(app, params, n, b, options)));
     }
     let mut t = Primitives::square(params, b, options)?.slowed(slowdown);
     if let App::Cholesky(_) = app {
@@ -181,7 +181,21 @@ fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown:
         }
         App::Raytrace => unreachable!("handled above"),
     };
-    Ok(with_overhead(shape, params, p))
+    Ok(with_overhead(shape, params, p, start_behind(app, params, n, b, options)))
+}
+
+/// Seconds more each task's start takes behind the previous task's
+/// ending (`Params::task_start_behind` at the bytes a task puts), with
+/// write-behind; else 0.
+fn start_behind(app: App, params: &Params, n: u64, b: u64, options: &Options) -> f64 {
+    let Some(behind) = params.task_start_behind.as_deref().filter(|p| options.write_behind && !p.is_empty()) else { return 0.0 };
+    let bytes = match app {
+        // A band of `b` rows of pixels.
+        App::Raytrace => b as f64 * n as f64 * options.pixel_bytes,
+        // One block.
+        _ => crate::ELEMENT_BYTES * (b * b) as f64,
+    };
+    crate::curves::interpolate(behind, bytes)
 }
 
 /// Share of the per-task overhead serialised at the store node (see
@@ -207,16 +221,17 @@ pub const DAG_RELEASE_SHARE: f64 = 0.5;
 pub const BARRIER_SHARE: f64 = 1.0;
 
 /// Adds `Params::task_overhead` to every task (extension; nothing when the
-/// parameter is absent) and `Params::task_wake` to its slave side, and to
+/// parameter is absent) and `Params::task_wake` and `start_behind` (see
+/// [`start_behind`]) to its slave side, and to
 /// the dag's tasks their release requests (`Params::dag_release` each,
 /// or [`DAG_RELEASE_SHARE`] of the overhead), spread evenly over the
 /// tasks. Each
 /// task on the dag's critical path pays the same (a successor starts after
 /// its producer's commit). Every barrier step but the last pays its ending
 /// ([`Step::with_barrier`]; the last one's is in `Params::job_latency`).
-fn with_overhead(shape: Shape, params: &Params, p: u64) -> Shape {
+fn with_overhead(shape: Shape, params: &Params, p: u64, start_behind: f64) -> Shape {
     let Some(o) = params.task_overhead.filter(|&o| o > 0.0) else { return shape };
-    let wake = params.task_wake.unwrap_or(0.0);
+    let wake = params.task_wake.unwrap_or(0.0) + start_behind;
     let add = |st: &Step, extra: f64| st.with_task_overhead(o + extra, TASK_OVERHEAD_STORE_SHARE).with_slave_latency(wake);
     match shape {
         Shape::Steps(steps) => {
@@ -243,10 +258,10 @@ fn with_overhead(shape: Shape, params: &Params, p: u64) -> Shape {
 /// charges them: the slave's share of the round trips and its thread's
 /// wake-up, the store's share as the task's ending, its release request
 /// apart.
-fn dag_overhead(params: &Params) -> cholesky::DagOverhead {
+fn dag_overhead(params: &Params, start_behind: f64) -> cholesky::DagOverhead {
     let Some(o) = params.task_overhead.filter(|&o| o > 0.0) else { return cholesky::DagOverhead::default() };
     cholesky::DagOverhead {
-        slave: (1.0 - TASK_OVERHEAD_STORE_SHARE) * o + params.task_wake.unwrap_or(0.0).max(0.0),
+        slave: (1.0 - TASK_OVERHEAD_STORE_SHARE) * o + params.task_wake.unwrap_or(0.0).max(0.0) + start_behind,
         ending: TASK_OVERHEAD_STORE_SHARE * o,
         release: release_cost(params, o),
     }
@@ -358,7 +373,7 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
         Shape::Graph(t, _, Variant::Dag, _) if options.simulate_dag => {
             let machine = options.shared_cpu.map(|c| sharing(&free, p, s, ov, c));
             let slowdown = |k: u64| machine.map_or(1.0, |c| c.slowdown(k.max(1)));
-            Some(cholesky::dag_makespan(t, p, s, ov, dag_overhead(params), &slowdown))
+            Some(cholesky::dag_makespan(t, p, s, ov, dag_overhead(params, start_behind(app, params, n, b, options)), &slowdown))
         }
         _ => None,
     };
@@ -519,6 +534,29 @@ mod tests {
             let many = Options::with_slaves(64);
             let (x, y) = (predict(app, 1200, 300, &base, &many).unwrap(), predict(app, 1200, 300, &woken, &many).unwrap());
             assert!(y.predicted >= x.predicted && y.predicted - x.predicted < 0.001 * a.volumes.n_tasks as f64, "{app}");
+        }
+    }
+
+    /// A task's start behind the previous task's ending is the slave's
+    /// latency too, at the bytes that task put, and only with write-behind
+    /// (without it the slave waits for the ending before it starts).
+    #[test]
+    fn task_start_behind_is_paid_per_task_at_the_slave_with_write_behind() {
+        let base = Params { task_overhead: Some(0.002), ..Params::thesis_fast() };
+        // 1 GB/s at every size: one point, kept at its rate beyond it.
+        let behind = Params { task_start_behind: Some(vec![[1e6, 1e-3]]), ..base.clone() };
+        let (n, b) = (1200u64, 300u64);
+        let written_behind = Options { write_behind: true, ..Options::default() };
+        for app in [App::Matmul, App::Lu { pivot: false }, App::Raytrace] {
+            let bytes = match app {
+                App::Raytrace => (b * n) as f64 * written_behind.pixel_bytes,
+                _ => 8.0 * (b * b) as f64,
+            };
+            let (a, c) = (predict(app, n, b, &base, &written_behind).unwrap(), predict(app, n, b, &behind, &written_behind).unwrap());
+            let want = a.t1 + bytes / 1e9 * a.volumes.n_tasks as f64;
+            assert!((c.t1 - want).abs() < 1e-9 * want, "{app}: {} vs {want}", c.t1);
+            let plain = Options::default();
+            assert_eq!(predict(app, n, b, &behind, &plain).unwrap().t1, predict(app, n, b, &base, &plain).unwrap().t1, "{app}");
         }
     }
 
