@@ -733,12 +733,7 @@ async fn gets_behind_puts(client: &Client, matrices: &[(usize, uuid::Uuid, u32)]
                     // The ending writes a block this read does not lock.
                     let (wi, wj) = ((i + 1) % g, j);
                     let block = random_block(b, (i * 100 + j + 13) as u64);
-                    let ending_session = session.clone();
-                    let ending = rt.spawn(async move {
-                        let a = ending_session.begin().await?;
-                        a.put_block(id, wi, wj, BlockData { rows: block.rows, cols: block.cols, data: block.data }).await?;
-                        a.commit().await
-                    });
+                    let ending = rt.spawn(task_ending(session.clone(), id, (wi, wj), block, None));
                     let a = rt.block_on(session.begin())?;
                     let t = Instant::now();
                     let blk = rt.block_on(a.get_block(id, i, j))?;
@@ -754,6 +749,23 @@ async fn gets_behind_puts(client: &Client, matrices: &[(usize, uuid::Uuid, u32)]
         out.push(Point { units: (8 * b * b) as f64, secs: median(&mut times) });
     }
     Ok(out)
+}
+
+/// A task's ending as a slave runs it behind its next task: a put of
+/// `block` at `at`, the task's done record if given, the commit.
+async fn task_ending(
+    session: std::sync::Arc<store_client::Session>,
+    matrix: uuid::Uuid,
+    at: (u32, u32),
+    block: Block,
+    record: Option<String>,
+) -> Result<(), store_client::StoreError> {
+    let a = session.begin().await?;
+    a.put_block(matrix, at.0, at.1, BlockData { rows: block.rows, cols: block.cols, data: block.data }).await?;
+    if let Some(key) = record {
+        a.write_small(&key, &[1u8; 64]).await?;
+    }
+    a.commit().await
 }
 
 /// Task starts as a slave makes them under write-behind
@@ -781,15 +793,9 @@ async fn task_starts_behind_endings(client: &Client, matrices: &[(usize, uuid::U
             // As after a task's kernels: the node and the client idle.
             tokio::time::sleep(PUT_PAUSE).await;
             let ending = (k % 2 == 1).then(|| {
-                let (i, j) = ((k / 2) % g, (k / 2 / g) % g);
-                let block = random_block(b, k as u64);
-                let session = session.clone();
-                tokio::spawn(async move {
-                    let a = session.begin().await?;
-                    a.put_block(id, i, j, BlockData { rows: block.rows, cols: block.cols, data: block.data }).await?;
-                    a.write_small(&format!("bench-params/start-behind/done/{b}/{k}"), &[1u8; 64]).await?;
-                    a.commit().await
-                })
+                let at = ((k / 2) % g, (k / 2 / g) % g);
+                let record = format!("bench-params/start-behind/done/{b}/{k}");
+                tokio::spawn(task_ending(session.clone(), id, at, random_block(b, k as u64), Some(record)))
             });
             let t = Instant::now();
             let (failed, a) = tokio::join!(client.peek_small("bench-params/start-behind/failed"), session.begin());

@@ -189,9 +189,9 @@ pub struct Params {
     /// runs behind it, as it does under write-behind: measured `[bytes,
     /// seconds]` points by increasing bytes, from `bench params` against
     /// the same start with nothing behind it, interpolated as the kernel
-    /// curves are ([`crate::curves`]). On this VM 0.08 ms with a small
-    /// block behind, 0.22 ms at 512 KiB, 0.66 ms at 2 MiB and 1.2 ms at
-    /// 8 MiB: the node and the slave's runtime move the block's bytes on
+    /// curves are ([`crate::curves`]). On this VM 0.07–0.10 ms with a
+    /// block of up to 128 KiB behind, 0.19 ms at 512 KiB, 0.41 ms at 2 MiB
+    /// and 1.3 ms at 8 MiB: the node and the slave's runtime move the block's bytes on
     /// the two cores the start needs. A fixed part plus a rate, which one
     /// piecewise-linear parameter cannot follow (fitted, it was half the
     /// measured cost at 512 KiB and twice it at 8 MiB). Charged at the

@@ -231,7 +231,7 @@ pub const BARRIER_SHARE: f64 = 1.0;
 /// ([`Step::with_barrier`]; the last one's is in `Params::job_latency`).
 fn with_overhead(shape: Shape, params: &Params, p: u64, start_behind: f64) -> Shape {
     let Some(o) = params.task_overhead.filter(|&o| o > 0.0) else { return shape };
-    let wake = params.task_wake.unwrap_or(0.0) + start_behind;
+    let wake = slave_latency(params, start_behind);
     let add = |st: &Step, extra: f64| st.with_task_overhead(o + extra, TASK_OVERHEAD_STORE_SHARE).with_slave_latency(wake);
     match shape {
         Shape::Steps(steps) => {
@@ -261,10 +261,17 @@ fn with_overhead(shape: Shape, params: &Params, p: u64, start_behind: f64) -> Sh
 fn dag_overhead(params: &Params, start_behind: f64) -> cholesky::DagOverhead {
     let Some(o) = params.task_overhead.filter(|&o| o > 0.0) else { return cholesky::DagOverhead::default() };
     cholesky::DagOverhead {
-        slave: (1.0 - TASK_OVERHEAD_STORE_SHARE) * o + params.task_wake.unwrap_or(0.0).max(0.0) + start_behind,
+        slave: (1.0 - TASK_OVERHEAD_STORE_SHARE) * o + slave_latency(params, start_behind),
         ending: TASK_OVERHEAD_STORE_SHARE * o,
         release: release_cost(params, o),
     }
+}
+
+/// Seconds every task waits at the slave beyond its share of the round
+/// trips: its thread's wake-up (`Params::task_wake`) and its start behind
+/// the previous task's ending ([`start_behind`]).
+fn slave_latency(params: &Params, start_behind: f64) -> f64 {
+    params.task_wake.unwrap_or(0.0).max(0.0) + start_behind
 }
 
 /// Seconds of one task's release request: measured, or a share of the
