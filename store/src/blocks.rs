@@ -217,11 +217,15 @@ impl Node {
             }
         };
         let files = self.db.files();
-        let (staging, written) = write_pieces(staging, header, payload, from).await;
+        // A value of one piece is synced by its commit, behind the put's
+        // answer (`BlockFiles::sync_later`); a longer one here, its
+        // writeback overlapping its transfer, so that a commit's syncs on
+        // the committer thread stay short.
+        let sync_last = payload > PIECE as u64;
+        let (staging, written) = write_pieces(staging, header, payload, sync_last, from).await;
         // `None`: a writer thread panicked with the file (the next open
         // sweeps it), and the connection is out of step.
         let Some(staging) = staging else { return Err(written.err().unwrap_or_else(|| std::io::Error::other("a block writer thread panicked"))) };
-        let version = staging.version();
         match written {
             Err(e) => {
                 files.abandon(staging);
@@ -232,7 +236,9 @@ impl Node {
                 files.abandon(staging);
                 Ok(Err(StoreError::Corrupt { what: format!("{key:?} as sent: checksum mismatch") }))
             }
-            Ok(Ok(())) => Ok(self.stage_put(action, key, version)),
+            Ok(Ok(())) if sync_last => Ok(self.stage_put(action, key, staging.version())),
+            // Synced by the commit.
+            Ok(Ok(())) => Ok(files.sync_later(staging).and_then(|version| self.stage_put(action, key, version))),
         }
     }
 
@@ -288,14 +294,16 @@ type Writing = tokio::task::JoinHandle<(Staging, Vec<u8>, std::io::Result<()>)>;
 
 /// Reads `payload` bytes from `from` and writes them, after the header,
 /// into `staging`'s file, one piece on a blocking thread while the next is
-/// read, and syncs the file with the last piece if the payload matches
-/// its checksum. Returns the staging (`None` if a writer thread panicked
-/// with it) and: `Err` if `from` failed, else whether the file holds the
-/// value, durably. Reads the whole payload even after a failed write.
+/// read, and writes the last piece if the payload matches its checksum,
+/// syncing the file with it if `sync_last`. Returns the staging (`None` if
+/// a writer thread panicked with it) and: `Err` if `from` failed, else
+/// whether the file holds the value (durably if `sync_last`). Reads the
+/// whole payload even after a failed write.
 async fn write_pieces(
     staging: Staging,
     header: BlockHeader,
     payload: u64,
+    sync_last: bool,
     from: &mut (impl AsyncRead + Unpin),
 ) -> (Option<Staging>, std::io::Result<Result<(), Piece>>) {
     let mut staging = Some(staging);
@@ -328,7 +336,11 @@ async fn write_pieces(
         let at = offset;
         offset += buf.len() as u64;
         let write = move || {
-            let r = if last { s.write_last_at(&buf, at) } else { s.write_at(&buf, at) };
+            let r = match (last, sync_last) {
+                (true, true) => s.write_last_at(&buf, at),
+                (true, false) => s.write_unsynced_at(&buf, at),
+                (false, _) => s.write_at(&buf, at),
+            };
             (s, buf, r)
         };
         if last && multi_threaded() {

@@ -8,12 +8,14 @@
 //! `read`. RocksDB keeps what needs its atomic batches: the pointer
 //! `"B" matrix i j → version` that a commit switches.
 //!
-//! Durability: [`BlockFiles::write`] syncs the file's data before the put
-//! is answered, and a version's directory entry is durable before a commit
-//! batch points at it, so a committed pointer never names a file that a
-//! crash could lose. Files no committed pointer names (staged by actions
-//! that never committed, replaced versions whose unlink a crash
-//! interrupted, spares) are removed at open ([`BlockFiles::sweep`]).
+//! Durability: a version's data is synced before a commit batch points at
+//! it ([`BlockFiles::write`] before the put is answered; a streamed put's
+//! [`BlockFiles::sync_later`] by its commit, [`BlockFiles::sync_staged`]),
+//! and its directory entry is durable before that batch too, so a
+//! committed pointer never names a file that a crash could lose. Files no
+//! committed pointer names (staged by actions that never committed,
+//! replaced versions whose unlink a crash interrupted, spares) are removed
+//! at open ([`BlockFiles::sweep`]).
 //!
 //! Spares: creating a file and syncing the directory cost a put and its
 //! commit about 0.3 ms of a 2 ms put of a 512 KiB block (two metadata
@@ -58,7 +60,7 @@
 //! pages that made every later overwrite of that version slower (2 MiB:
 //! 1.7–1.9 ms written and synced, against 0.9).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -155,6 +157,9 @@ pub(crate) struct BlockFiles {
     last_len: AtomicU64,
     /// Versions' files kept open for reads; every removal goes through it.
     open: OpenFiles,
+    /// Versions written and answered but not synced yet
+    /// ([`BlockFiles::sync_later`]): their commits sync them.
+    syncing: Mutex<HashMap<Uuid, Staging>>,
 }
 
 /// Starts reading a version's file into the page cache (a hint: failure
@@ -240,13 +245,27 @@ impl Staging {
         self.finish()
     }
 
+    /// Writes the value's last `bytes` at `offset`, unsynced: the caller
+    /// finishes the staging next, here or behind ([`BlockFiles::finish_behind`]).
+    pub(crate) fn write_unsynced_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(bytes, offset)
+    }
+
     /// Cuts a longer recycled file to the value's length and syncs the
     /// data: after this, the version survives a crash.
     pub(crate) fn finish(&self) -> std::io::Result<()> {
+        self.cut()?;
+        self.file.sync_data()
+    }
+
+    /// Cuts a longer recycled file to the value's length (a read of the
+    /// version checks the length against its header).
+    fn cut(&self) -> std::io::Result<()> {
         if self.was > self.len {
             self.file.set_len(self.len)?;
         }
-        self.file.sync_data()
+        Ok(())
     }
 }
 
@@ -267,6 +286,7 @@ impl BlockFiles {
             warm: Mutex::default(),
             last_len: AtomicU64::new(0),
             open: OpenFiles::new(),
+            syncing: Mutex::default(),
         })
     }
 
@@ -389,6 +409,59 @@ impl BlockFiles {
 
     /// Gives back a staged file that will not be a version (its put was
     /// refused or cut off): kept for the next puts like a retired version.
+    /// Starts `staging`'s writeback and keeps its file unsynced while the
+    /// put is answered; the commit that makes the version current syncs it
+    /// first ([`BlockFiles::sync_staged`], on the committer), so a committed
+    /// pointer still never names a version a crash could lose. The disk
+    /// writes the version while the put's answer and the client's next
+    /// requests (its record, its commit) travel.
+    pub(crate) fn sync_later(&self, staging: Staging) -> Result<Uuid, StoreError> {
+        use std::os::fd::AsRawFd;
+        let version = staging.version;
+        if let Err(e) = staging.cut() {
+            return Err(self.failed(staging, e));
+        }
+        // A hint, as in `Staging::write_at`: the sync makes it durable.
+        // SAFETY: the descriptor is open for the call's duration.
+        unsafe { libc::sync_file_range(staging.file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+        self.syncing.lock().unwrap_or_else(|e| e.into_inner()).insert(version, staging);
+        Ok(version)
+    }
+
+    /// Syncs the files of these versions that [`BlockFiles::sync_later`]
+    /// left unsynced (the others were synced before their puts were
+    /// answered); the first that fails fails the call.
+    pub(crate) fn sync_staged(&self, versions: &[Uuid]) -> Result<(), StoreError> {
+        let pending: Vec<Staging> = {
+            let mut syncing = self.syncing.lock().unwrap_or_else(|e| e.into_inner());
+            if syncing.is_empty() {
+                return Ok(());
+            }
+            versions.iter().filter_map(|v| syncing.remove(v)).collect()
+        };
+        for staging in pending {
+            if let Err(e) = staging.file.sync_data() {
+                let version = staging.version;
+                let error = io_error(e, || format!("syncing block version {version}"));
+                if matches!(error, StoreError::StorageFull { .. }) {
+                    self.release_recycled();
+                }
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets the unsynced versions no commit will make current.
+    fn forget_syncs(&self, versions: &[Uuid]) {
+        let mut syncing = self.syncing.lock().unwrap_or_else(|e| e.into_inner());
+        if !syncing.is_empty() {
+            for v in versions {
+                syncing.remove(v);
+            }
+        }
+    }
+
     pub(crate) fn abandon(&self, staging: Staging) {
         self.retire(&[staging.version]);
     }
@@ -493,6 +566,7 @@ impl BlockFiles {
     /// puts to overwrite, as far as [`RECYCLED_FILES`] and
     /// [`RECYCLED_BYTES`] allow, and removes the rest.
     pub(crate) fn retire(&self, versions: &[Uuid]) {
+        self.forget_syncs(versions);
         let mut unkept = Vec::new();
         for &v in versions {
             // A missing file (a sweep got it) is not kept.
@@ -518,6 +592,7 @@ impl BlockFiles {
     /// Removes versions (aborted, replaced or deleted); missing ones are
     /// fine (a sweep or an earlier removal got them).
     pub(crate) fn remove(&self, versions: &[Uuid]) {
+        self.forget_syncs(versions);
         for v in versions {
             if let Err(e) = self.open.unlink(*v, &self.path(*v)) {
                 if e.kind() != std::io::ErrorKind::NotFound {
@@ -728,6 +803,35 @@ mod tests {
         // Recycled versions are garbage to the next open's sweep.
         files.retire(&[fresh]);
         assert_eq!(files.sweep(&HashSet::from([cut, grown])).unwrap(), 1);
+    }
+
+    /// A streamed put's version waits unsynced, cut to its length and
+    /// readable, until its commit syncs it or its action drops it.
+    #[test]
+    fn a_version_synced_later_is_synced_once_or_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = BlockFiles::open(dir.path()).unwrap();
+        let old = files.write(&[9u8; 64]).unwrap();
+        files.retire(&[old]);
+        let staging = files.stage(16).unwrap();
+        staging.write_unsynced_at(&[3u8; 16], 0).unwrap();
+        let v = files.sync_later(staging).unwrap();
+        assert_eq!(v, old, "into the recycled file");
+        // Cut at once: a read of the action's own write sees the value alone.
+        assert_eq!(files.read(v).unwrap(), Some(vec![3u8; 16]));
+        assert!(files.syncing.lock().unwrap().contains_key(&v));
+        // The commit syncs it and takes it out; a second commit naming it
+        // (none can) or a version synced at its put has nothing to do.
+        let synced_at_put = files.write(&[4u8; 8]).unwrap();
+        files.sync_staged(&[v, synced_at_put]).unwrap();
+        assert!(files.syncing.lock().unwrap().is_empty());
+        files.sync_staged(&[v]).unwrap();
+        // A version its action drops is forgotten with it.
+        let staging = files.stage(8).unwrap();
+        staging.write_unsynced_at(&[5u8; 8], 0).unwrap();
+        let dropped = files.sync_later(staging).unwrap();
+        files.retire(&[dropped]);
+        assert!(files.syncing.lock().unwrap().is_empty());
     }
 
     #[test]
