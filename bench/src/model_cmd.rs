@@ -113,6 +113,12 @@ pub(crate) struct Args {
     /// organisation flags are ignored with it.
     #[arg(long)]
     this_system: bool,
+    /// Every block read at the store's cached rate (`disk_get_cached`), as
+    /// `bench validate` predicts its jobs, whose matrices stay in the
+    /// node's memory; without it reads cost the cold rate (`disk_get`),
+    /// as for a matrix larger than the machine's memory.
+    #[arg(long)]
+    warm_store: bool,
     /// Extension: store and slaves share one machine of this many cores.
     #[arg(long)]
     cores: Option<u64>,
@@ -266,6 +272,7 @@ fn sweep(app: App, args: &Args, params: &Params, options: &Options) -> anyhow::R
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let app: App = args.app.parse().map_err(anyhow::Error::msg)?;
     let params = load_params(args.params.as_ref())?;
+    let params = if args.warm_store { crate::validate_cmd::warm(&params) } else { params };
     let options = if args.this_system {
         let cores = args.cores.unwrap_or_else(crate::validate_cmd::this_machine_cores);
         crate::validate_cmd::implementation_options(app, args.slaves, cores)

@@ -55,6 +55,8 @@ pub(crate) struct ReadWaits {
     pub(crate) in_open_wait: Duration,
     pub(crate) small: u32,
     pub(crate) small_wait: Duration,
+    /// Time in `write_block` (the copy of the block, the put's spawn).
+    pub(crate) write_calls: Duration,
 }
 
 impl ReadWaits {
@@ -279,6 +281,7 @@ impl TaskCtx for StoreCtx<'_> {
     }
 
     fn write_block(&mut self, id: BlockId, block: &Block) -> Result<(), CtxError> {
+        let started = Instant::now();
         self.writes.settle_block(&self.rt, id)?;
         let data = BlockData { rows: block.rows, cols: block.cols, data: block.data.clone() };
         self.writes.moved(&data);
@@ -290,6 +293,7 @@ impl TaskCtx for StoreCtx<'_> {
             writer.put_block(id.matrix.0, id.i, id.j, data).await
         });
         self.writes.running.push((Target::Block(id), h));
+        self.waits.write_calls += started.elapsed();
         Ok(())
     }
 

@@ -188,7 +188,8 @@ impl Slave {
         let rt = tokio::runtime::Handle::current();
         let (client, spec) = (self.client.clone(), job.spec.clone());
         let writes = Writes::new(self.in_flight.clone(), self.largest_block.clone());
-        let (outcome, action, task, writes, waits, kernels) = tokio::task::spawn_blocking(move || {
+        let (outcome, action, task, writes, waits, kernels, ran) = tokio::task::spawn_blocking(move || {
+            let ran = Instant::now();
             let mut ctx = StoreCtx { rt, client: &client, action: &action, job: spec.job(), prefetch: Default::default(), writes, waits: Default::default() };
             let tries = task.attempts + task.returns;
             apps::kernels::take_kernel_time();
@@ -197,7 +198,7 @@ impl Slave {
             // Ends any prefetch the task announced but never read, before
             // the action commits or aborts.
             let StoreCtx { writes, waits, .. } = ctx;
-            (outcome, action, task, writes, waits, kernels)
+            (outcome, action, task, writes, waits, kernels, (started.elapsed() - ran.elapsed(), ran.elapsed()))
         })
         .await
         .map_err(|e| StoreError::StoreUnavailable { what: format!("task thread failed: {e}") })?;
@@ -206,7 +207,12 @@ impl Slave {
             action = action.id(),
             ok = outcome.is_ok(),
             ms = ms(started.elapsed()),
+            // Into the task thread, and the task's own time there; the
+            // rest of `ms` is the way back.
+            handoff_ms = ms(ran.0),
+            on_thread_ms = ms(ran.1),
             kernel_ms = ms(kernels),
+            write_ms = ms(waits.write_calls),
             prefetched = waits.prefetched,
             prefetched_wait_ms = ms(waits.prefetched_wait),
             in_open = waits.in_open,
