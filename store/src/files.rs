@@ -169,8 +169,29 @@ pub(crate) struct BlockFiles {
 /// cached file the hint costs a walk of its pages (b = 1024 warm gets:
 /// 0.55-0.61 of raw with it, 0.65-0.67 without).
 pub(crate) fn will_need(f: &File) {
+    if last_page_cached(f) {
+        return;
+    }
     // SAFETY: a plain syscall on a descriptor this function borrows.
     unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
+}
+
+/// Whether the file's last byte is in the page cache: a read that may not
+/// wait (`RWF_NOWAIT`) gets it. A version is written and read whole, front
+/// to back, so then the rest is too, and the hint's walk of the cached
+/// pages is skipped (b = 256 warm gets in batches of 16: about 7 µs a
+/// block of the node's 21 before its reply). A filesystem that does not
+/// know the flag answers an error: the hint is given then.
+fn last_page_cached(f: &File) -> bool {
+    let Ok(len) = f.metadata().map(|m| m.len()) else { return false };
+    if len == 0 {
+        return true;
+    }
+    let mut byte = 0u8;
+    let iov = libc::iovec { iov_base: (&mut byte as *mut u8).cast(), iov_len: 1 };
+    // SAFETY: `iov` points at one writable byte that outlives the call.
+    let got = unsafe { libc::preadv2(f.as_raw_fd(), &iov, 1, (len - 1) as libc::off_t, libc::RWF_NOWAIT) };
+    got == 1
 }
 
 /// Reads an opened version's header and checks that the file is as long
@@ -803,6 +824,20 @@ mod tests {
         // Recycled versions are garbage to the next open's sweep.
         files.retire(&[fresh]);
         assert_eq!(files.sweep(&HashSet::from([cut, grown])).unwrap(), 1);
+    }
+
+    /// A version just written is in the page cache, so a batch's read hint
+    /// is skipped for it (the check itself must work here: a check that
+    /// always failed would give every warm batch the hint's cost back).
+    #[test]
+    fn a_version_just_written_counts_as_cached() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = BlockFiles::open(dir.path()).unwrap();
+        let v = files.write(&[7u8; 3 << 20]).unwrap();
+        let f = File::open(files.path(v)).unwrap();
+        assert!(last_page_cached(&f));
+        let empty = File::create(dir.path().join("empty")).unwrap();
+        assert!(last_page_cached(&empty), "nothing to read ahead");
     }
 
     /// A streamed put's version waits unsynced, cut to its length and
