@@ -345,11 +345,9 @@ fn run_committer(db: &DB, files: &BlockFiles, jobs: mpsc::Receiver<CommitJob>) {
         let mut waiting = Vec::with_capacity(group.len());
         let mut replaced = Vec::new();
         for job in group {
-            // A commit whose new versions cannot be synced, or whose old
-            // ones cannot be read, fails alone, before any of it is in the
-            // batch.
-            let staged: Vec<Uuid> = job.writes.iter().filter_map(|(_, t)| t.staged_version()).collect();
-            match files.sync_staged(&staged).and_then(|()| add_commit(db, &mut batch, &job.writes, &job.queue)) {
+            // A commit whose old block versions cannot be read fails alone,
+            // before any of it is in the batch.
+            match add_commit(db, &mut batch, &job.writes, &job.queue) {
                 Ok(old) => {
                     replaced.extend(old);
                     waiting.push(job.done);

@@ -432,7 +432,7 @@ impl BlockFiles {
     /// refused or cut off): kept for the next puts like a retired version.
     /// Starts `staging`'s writeback and keeps its file unsynced while the
     /// put is answered; the commit that makes the version current syncs it
-    /// first ([`BlockFiles::sync_staged`], on the committer), so a committed
+    /// first ([`BlockFiles::sync_staged`], before its batch), so a committed
     /// pointer still never names a version a crash could lose. The disk
     /// writes the version while the put's answer and the client's next
     /// requests (its record, its commit) travel.
@@ -447,6 +447,13 @@ impl BlockFiles {
         unsafe { libc::sync_file_range(staging.file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
         self.syncing.lock().unwrap_or_else(|e| e.into_inner()).insert(version, staging);
         Ok(version)
+    }
+
+    /// Whether any of these versions waits for its sync
+    /// ([`BlockFiles::sync_later`]).
+    pub(crate) fn has_unsynced(&self, versions: &[Uuid]) -> bool {
+        let syncing = self.syncing.lock().unwrap_or_else(|e| e.into_inner());
+        !syncing.is_empty() && versions.iter().any(|v| syncing.contains_key(v))
     }
 
     /// Syncs the files of these versions that [`BlockFiles::sync_later`]

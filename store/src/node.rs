@@ -271,7 +271,14 @@ impl Node {
         };
         let (writes, q) = prepared;
         let staged: Vec<Uuid> = writes.iter().filter_map(|(_, t)| t.staged_version()).collect();
-        let result = self.db.commit(writes, q).await;
+        // The versions' data before the pointers to them: versions whose
+        // puts were answered unsynced are synced here, each commit on its
+        // own worker, so that concurrent commits' syncs overlap (on the
+        // committer thread they would queue one after the other).
+        let result = match self.sync_staged(&staged).await {
+            Ok(()) => self.db.commit(writes, q).await,
+            Err(e) => Err(e),
+        };
         {
             let mut core = self.core();
             let woken = core.actions.finish_commit(action);
@@ -285,6 +292,25 @@ impl Node {
             self.clean_up(Cleanup { queue: Vec::new(), versions: staged });
         }
         result
+    }
+
+    /// Syncs the files of `versions` that their puts left unsynced
+    /// (`BlockFiles::sync_later`); nothing to do (no thread lent) for the
+    /// others.
+    async fn sync_staged(&self, versions: &[Uuid]) -> Result<(), StoreError> {
+        let files = self.db.files().clone();
+        if !files.has_unsynced(versions) {
+            return Ok(());
+        }
+        if tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+            // A sync of a small block: this worker lends its other tasks
+            // to another thread rather than hand the sync to the pool.
+            return tokio::task::block_in_place(|| files.sync_staged(versions));
+        }
+        let versions = versions.to_vec();
+        tokio::task::spawn_blocking(move || files.sync_staged(&versions))
+            .await
+            .map_err(|e| StoreError::Storage { what: format!("syncing block versions: {e}") })?
     }
 
     /// Takes a lock for `action`, waiting up to the lock timeout.
