@@ -385,6 +385,25 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
         _ => None,
     };
 
+    // Extension: barrier steps' point prediction is each step's tasks
+    // list-scheduled on the slaves (LU with two slaves at b = 256 and 512
+    // ran 15–18 % over the sum of its steps' lower bounds, which split each
+    // step's tasks evenly), each task slowed as the dag's are, by how many
+    // slaves compute beside it: a step's last tasks run alone. (Against
+    // slowing every task of a step of two or more by the two-slave rate:
+    // n = 4096, two slaves, LU at b = 1024 1.2 % faster, at b = 256 2.2 %
+    // slower, matmul at b = 256 1 % slower, each toward four `bench
+    // validate` runs' measured times; 82 of their 96 points within 10 %
+    // against 80.)
+    let steps_run = match &free {
+        Shape::Steps(unshared) if options.simulate_steps => {
+            let machine = options.shared_cpu.map(|c| sharing(&free, p, s, ov, c));
+            let slowdown = |k: u64| machine.map_or(1.0, |c| c.slowdown(k.max(1)));
+            Some(unshared.iter().map(|st| st.simulated_sharing(s, ov, &slowdown)).sum::<f64>())
+        }
+        _ => None,
+    };
+
     let single = shape(app, params, n, b, options, slowdown(1))?;
     let t1 = single.t1(ov);
     let longest_task = single.longest();
@@ -406,14 +425,6 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
             cholesky::graph_bounds(one, p, all, s, ov, *v, *o)
         }
         _ => with_s.bounds(p, s, ov),
-    };
-    // Extension: barrier steps' point prediction is each step's tasks
-    // list-scheduled on the slaves, at the slow-downs the bounds use (LU
-    // with two slaves at b = 256 and 512 ran 15–18 % over the sum of its
-    // steps' lower bounds, which split each step's tasks evenly).
-    let steps_run = match (&with_s, &single) {
-        (Shape::Steps(many), Shape::Steps(one)) if options.simulate_steps => Some(as_shared(many, one).map(|st| st.simulated(s, ov)).sum::<f64>()),
-        _ => None,
     };
 
     let volumes = match app {

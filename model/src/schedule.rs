@@ -291,13 +291,22 @@ impl Step {
     /// `p − k + 1` tasks, every other one odd). The step's costs carry
     /// their slow-down already, as its bounds' do.
     pub fn simulated(&self, s: u64, ov: Overlap) -> f64 {
+        self.simulated_sharing(s, ov, &|_| 1.0)
+    }
+
+    /// [`Step::simulated`] from the step's unshared costs, each task's
+    /// foreground stretched by `slowdown(k)` while `k` slaves compute at
+    /// once on shared cores: the last tasks of a step, once the other
+    /// slaves have nothing left in its bag, run alone and at the one-slave
+    /// rate (LU, n = 4096, b = 1024, two slaves: steps of 1 to 6 tasks).
+    pub fn simulated_sharing(&self, s: u64, ov: Overlap, slowdown: &dyn Fn(u64) -> f64) -> f64 {
         let tasks: Vec<crate::simulate::SimTask> = self
             .classes
             .iter()
             .flat_map(|c| std::iter::repeat_n(c.cost, c.count as usize))
             .map(|c| crate::simulate::SimTask { foreground: c.foreground(ov), ending: c.put - c.put_in_foreground(ov), ..Default::default() })
             .collect();
-        crate::simulate::makespan(&tasks, s, ov.store_nodes, &|_| 1.0) + self.barrier.unwrap_or(0.0)
+        crate::simulate::makespan(&tasks, s, ov.store_nodes, slowdown) + self.barrier.unwrap_or(0.0)
     }
 }
 
@@ -354,6 +363,22 @@ mod tests {
         // The barrier's round trips come after the last task.
         let barrier = st.with_barrier(0.25);
         assert!((barrier.simulated(2, Overlap::NONE) - 2.25).abs() < 1e-12);
+    }
+
+    /// On shared cores a step's tail runs at the rate of the slaves still
+    /// computing: the third of three tasks on two slaves runs alone.
+    #[test]
+    fn a_step_s_last_task_runs_alone_at_the_one_slave_rate() {
+        let st = step(3, 0.0, 1.0);
+        let shared = |k: u64| if k >= 2 { 1.5 } else { 1.0 };
+        // Two tasks side by side at 1.5 s each, then one alone at 1 s.
+        assert!((st.simulated_sharing(2, Overlap::NONE, &shared) - 2.5).abs() < 1e-12);
+        // Every task slowed as if both slaves computed throughout: 3 s.
+        let all_slowed = step(3, 0.0, 1.5).simulated(2, Overlap::NONE);
+        assert!((all_slowed - 3.0).abs() < 1e-12);
+        // An even split has no tail: the same either way.
+        let even = step(4, 0.0, 1.0).simulated_sharing(2, Overlap::NONE, &shared);
+        assert!((even - step(4, 0.0, 1.5).simulated(2, Overlap::NONE)).abs() < 1e-12);
     }
 
     #[test]
