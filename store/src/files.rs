@@ -267,7 +267,7 @@ impl Staging {
     }
 
     /// Writes the value's last `bytes` at `offset`, unsynced: the caller
-    /// finishes the staging next, here or behind ([`BlockFiles::finish_behind`]).
+    /// hands the staging to [`BlockFiles::sync_later`] next.
     pub(crate) fn write_unsynced_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
         self.file.write_all_at(bytes, offset)
@@ -428,8 +428,6 @@ impl BlockFiles {
         })
     }
 
-    /// Gives back a staged file that will not be a version (its put was
-    /// refused or cut off): kept for the next puts like a retired version.
     /// Starts `staging`'s writeback and keeps its file unsynced while the
     /// put is answered; the commit that makes the version current syncs it
     /// first ([`BlockFiles::sync_staged`], before its batch), so a committed
@@ -490,6 +488,8 @@ impl BlockFiles {
         }
     }
 
+    /// Gives back a staged file that will not be a version (its put was
+    /// refused or cut off): kept for the next puts like a retired version.
     pub(crate) fn abandon(&self, staging: Staging) {
         self.retire(&[staging.version]);
     }
