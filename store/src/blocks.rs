@@ -254,8 +254,8 @@ impl Node {
         self.acquire(action, &ObjKey::Block(key), LockMode::Overwrite).await
     }
 
-    /// Makes a written (synced) version the action's tentative state of
-    /// the block.
+    /// Makes a written version (synced, or left for its commit to sync)
+    /// the action's tentative state of the block.
     fn stage_put(&self, action: ActionId, key: BlockKey, version: Uuid) -> Result<(), StoreError> {
         match self.set_tentative(action, ObjKey::Block(key), Tentative::Block(version)) {
             Ok(replaced) => {
