@@ -345,6 +345,13 @@ fn run_committer(db: &DB, files: &BlockFiles, jobs: mpsc::Receiver<CommitJob>) {
         let mut waiting = Vec::with_capacity(group.len());
         let mut replaced = Vec::new();
         for job in group {
+            // The invariant that makes a pointer safe to write: every
+            // version it names is synced (`Node::commit` syncs those their
+            // puts left unsynced before it queues the commit here).
+            debug_assert!(
+                !files.has_unsynced(&job.writes.iter().filter_map(|(_, t)| t.staged_version()).collect::<Vec<_>>()),
+                "a commit reached the committer naming a version that is not synced"
+            );
             // A commit whose old block versions cannot be read fails alone,
             // before any of it is in the batch.
             match add_commit(db, &mut batch, &job.writes, &job.queue) {
