@@ -376,11 +376,13 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
     // tasks slowed while as many slaves compute at once as do in the run
     // (n = 4096 on two cores: two slaves at b = 256 mostly compute side by
     // side, at b = 1024 mostly wait on each other's commits).
+    // The slow-down of a simulated task while `k` slaves compute at once
+    // (the dag's and the barrier steps' simulations below).
+    let machine = options.shared_cpu.map(|c| sharing(&free, p, s, ov, c));
+    let computing_slowdown = |k: u64| machine.map_or(1.0, |c| c.slowdown(k.max(1)));
     let dag_run = match &free {
         Shape::Graph(t, _, Variant::Dag, _) if options.simulate_dag => {
-            let machine = options.shared_cpu.map(|c| sharing(&free, p, s, ov, c));
-            let slowdown = |k: u64| machine.map_or(1.0, |c| c.slowdown(k.max(1)));
-            Some(cholesky::dag_makespan(t, p, s, ov, dag_overhead(params, start_behind(app, params, n, b, options)), &slowdown))
+            Some(cholesky::dag_makespan(t, p, s, ov, dag_overhead(params, start_behind(app, params, n, b, options)), &computing_slowdown))
         }
         _ => None,
     };
@@ -397,9 +399,7 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
     // against 80.)
     let steps_run = match &free {
         Shape::Steps(unshared) if options.simulate_steps => {
-            let machine = options.shared_cpu.map(|c| sharing(&free, p, s, ov, c));
-            let slowdown = |k: u64| machine.map_or(1.0, |c| c.slowdown(k.max(1)));
-            Some(unshared.iter().map(|st| st.simulated_sharing(s, ov, &slowdown)).sum::<f64>())
+            Some(unshared.iter().map(|st| st.simulated_sharing(s, ov, &computing_slowdown)).sum::<f64>())
         }
         _ => None,
     };

@@ -219,8 +219,8 @@ impl Node {
         let files = self.db.files();
         // A value of one piece is synced by its commit, behind the put's
         // answer (`BlockFiles::sync_later`); a longer one here, its
-        // writeback overlapping its transfer, so that a commit's syncs on
-        // the committer thread stay short.
+        // writeback overlapping its transfer, so that a commit's sync stays
+        // short.
         let sync_last = payload > PIECE as u64;
         let (staging, written) = write_pieces(staging, header, payload, sync_last, from).await;
         // `None`: a writer thread panicked with the file (the next open
@@ -372,7 +372,7 @@ async fn write_pieces(
 }
 
 /// Whether this task's runtime can lend its worker to blocking work.
-fn multi_threaded() -> bool {
+pub(crate) fn multi_threaded() -> bool {
     tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
 }
 

@@ -242,18 +242,21 @@ impl Staging {
     /// only (32 MiB: write and `fdatasync` 17 ms, in 1 MiB pieces with
     /// writeback started after each 12.5 ms, on this VM).
     pub(crate) fn write_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
-        use std::os::fd::AsRawFd;
-        use std::os::unix::fs::FileExt;
-        self.file.write_all_at(bytes, offset)?;
-        // Only a hint to start writing; durability comes from `finish`. A
-        // filesystem that does not do it (some answer EINVAL or ESPIPE)
-        // loses only the head start, so its refusal is not the put's.
+        self.write_unsynced_at(bytes, offset)?;
+        self.start_writeback(offset, bytes.len() as u64);
+        Ok(())
+    }
+
+    /// Starts writing `len` bytes from `offset` to the disk (0: to the
+    /// end). Only a hint; durability comes from a sync. A filesystem that
+    /// does not do it (some answer EINVAL or ESPIPE) loses only the head
+    /// start, so its refusal is not the put's.
+    fn start_writeback(&self, offset: u64, len: u64) {
         // SAFETY: the descriptor is open for the call's duration.
-        let started = unsafe { libc::sync_file_range(self.file.as_raw_fd(), offset as i64, bytes.len() as i64, libc::SYNC_FILE_RANGE_WRITE) };
+        let started = unsafe { libc::sync_file_range(self.file.as_raw_fd(), offset as i64, len as i64, libc::SYNC_FILE_RANGE_WRITE) };
         if started != 0 {
             tracing::trace!("sync_file_range: {}", std::io::Error::last_os_error());
         }
-        Ok(())
     }
 
     /// Writes the value's last `bytes` at `offset`, then finishes: no
@@ -261,13 +264,13 @@ impl Staging {
     /// anyway (a small block's only piece paid one more syscall for
     /// nothing; no change above noise in `bench blocks`).
     pub(crate) fn write_last_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
-        use std::os::unix::fs::FileExt;
-        self.file.write_all_at(bytes, offset)?;
+        self.write_unsynced_at(bytes, offset)?;
         self.finish()
     }
 
-    /// Writes the value's last `bytes` at `offset`, unsynced: the caller
-    /// hands the staging to [`BlockFiles::sync_later`] next.
+    /// Writes `bytes` at `offset` and nothing more: no writeback hint, no
+    /// sync (a one-piece put's staging goes to [`BlockFiles::sync_later`]
+    /// next).
     pub(crate) fn write_unsynced_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
         self.file.write_all_at(bytes, offset)
@@ -435,14 +438,11 @@ impl BlockFiles {
     /// writes the version while the put's answer and the client's next
     /// requests (its record, its commit) travel.
     pub(crate) fn sync_later(&self, staging: Staging) -> Result<Uuid, StoreError> {
-        use std::os::fd::AsRawFd;
         let version = staging.version;
         if let Err(e) = staging.cut() {
             return Err(self.failed(staging, e));
         }
-        // A hint, as in `Staging::write_at`: the sync makes it durable.
-        // SAFETY: the descriptor is open for the call's duration.
-        unsafe { libc::sync_file_range(staging.file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+        staging.start_writeback(0, 0);
         self.syncing.lock().unwrap_or_else(|e| e.into_inner()).insert(version, staging);
         Ok(version)
     }
@@ -468,11 +468,7 @@ impl BlockFiles {
         for staging in pending {
             if let Err(e) = staging.file.sync_data() {
                 let version = staging.version;
-                let error = io_error(e, || format!("syncing block version {version}"));
-                if matches!(error, StoreError::StorageFull { .. }) {
-                    self.release_recycled();
-                }
-                return Err(error);
+                return Err(self.io_failure(e, || format!("syncing block version {version}")));
             }
         }
         Ok(())
@@ -501,7 +497,14 @@ impl BlockFiles {
         let version = staging.version;
         drop(staging);
         let _ = self.open.unlink(version, &self.path(version));
-        let error = io_error(e, || format!("writing block version {version}"));
+        self.io_failure(e, || format!("writing block version {version}"))
+    }
+
+    /// A failed write or sync of a version as the store's typed error; a
+    /// full disk also gives the recycled versions' space back, so that the
+    /// next put can succeed.
+    fn io_failure(&self, e: std::io::Error, what: impl FnOnce() -> String) -> StoreError {
+        let error = io_error(e, what);
         if matches!(error, StoreError::StorageFull { .. }) {
             self.release_recycled();
         }

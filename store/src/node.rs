@@ -298,11 +298,11 @@ impl Node {
     /// (`BlockFiles::sync_later`); nothing to do (no thread lent) for the
     /// others.
     async fn sync_staged(&self, versions: &[Uuid]) -> Result<(), StoreError> {
-        let files = self.db.files().clone();
-        if !files.has_unsynced(versions) {
+        if !self.db.files().has_unsynced(versions) {
             return Ok(());
         }
-        if tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+        let files = self.db.files().clone();
+        if crate::blocks::multi_threaded() {
             // A sync of a small block: this worker lends its other tasks
             // to another thread rather than hand the sync to the pool.
             return tokio::task::block_in_place(|| files.sync_staged(versions));
