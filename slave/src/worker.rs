@@ -9,7 +9,7 @@ use apps::job::{run_task, ErrorClass};
 use store_client::{Action, Client, Dequeue, Session, StoreError, Task};
 use uuid::Uuid;
 
-use crate::ctx::{StoreCtx, Writes};
+use crate::ctx::{LargestBlock, StoreCtx, Writes};
 use crate::record::{self, Failure, JobRecord, TaskDone};
 
 /// How a slave runs.
@@ -63,7 +63,7 @@ struct Slave {
     finishing: Option<tokio::task::JoinHandle<Result<(), StoreError>>>,
     /// Block puts not yet finished, over both tasks (see `ctx::Writes`).
     in_flight: Arc<AtomicUsize>,
-    largest_block: Arc<AtomicUsize>,
+    largest_block: Arc<LargestBlock>,
 }
 
 impl Slave {
@@ -71,7 +71,7 @@ impl Slave {
         let client = Client::connect_retrying(&config.store, config.token.as_deref(), None).await?;
         let session = client.open_session(&config.name).await?;
         tracing::info!(session = session.id(), "slave {} connected to {}", config.name, config.store);
-        Ok(Slave { config, client, session, finishing: None, in_flight: Arc::new(AtomicUsize::new(0)), largest_block: Arc::new(AtomicUsize::new(0)) })
+        Ok(Slave { config, client, session, finishing: None, in_flight: Arc::new(AtomicUsize::new(0)), largest_block: Arc::default() })
     }
 
     async fn reconnect(&mut self) -> Result<(), StoreError> {
@@ -97,6 +97,7 @@ impl Slave {
         };
         let id = job.id();
         tracing::info!(%id, app = job.spec.app_name(), "working on job");
+        self.largest_block.new_job();
         for (index, bag) in job.bags.iter().enumerate() {
             loop {
                 let asked = Instant::now();
