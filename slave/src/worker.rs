@@ -199,7 +199,7 @@ impl Slave {
             // Ends any prefetch the task announced but never read, before
             // the action commits or aborts.
             let StoreCtx { writes, waits, .. } = ctx;
-            (outcome, action, task, writes, waits, kernels, (started.elapsed() - ran.elapsed(), ran.elapsed()))
+            (outcome, action, task, writes, waits, kernels, (ran.duration_since(started), ran.elapsed()))
         })
         .await
         .map_err(|e| StoreError::StoreUnavailable { what: format!("task thread failed: {e}") })?;
