@@ -186,6 +186,8 @@ pub(crate) async fn submit_spec(client: &Client, spec: JobSpec) -> anyhow::Resul
             }
         }
         a.write_small(&record::job_key(spec.job()), &serde_json::to_vec(&record)?).await?;
+        let submitted = record::submitted_count(a.read_small(record::SUBMITTED_KEY, true).await?.as_deref());
+        a.write_small(record::SUBMITTED_KEY, &(submitted + 1).to_le_bytes()).await?;
         a.commit().await?;
         anyhow::Ok(spec.job())
     }

@@ -585,6 +585,8 @@ fn raytraced_images_equal_a_single_process_render() {
     for (idx, (level, w, h, g, sa)) in [(2, 64, 48, 5, 1), (1, 33, 20, 1, 1), (3, 40, 30, 30, 1), (2, 24, 17, 4, 2)].into_iter().enumerate() {
         let name = format!("img{idx}");
         let job = submit_raytrace(s, &name, level, w, h, g, sa);
+        // Each submit counts itself in its own action: what idle slaves watch.
+        assert_eq!(record::submitted_count(env.peek(record::SUBMITTED_KEY).as_deref()), idx as u64 + 1, "jobs counted as submitted");
         wait_ok(s, job);
         let got = export_png(&env, &name);
         let want = reference_png(level, w, h, sa);

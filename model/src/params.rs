@@ -207,7 +207,7 @@ pub struct Params {
     pub dag_release: Option<f64>,
     /// Extension: seconds from a job's submission until its first task
     /// starts and after its last commit until the job is recorded finished
-    /// (idle slaves poll for new jobs; the last slave writes the finished
+    /// (idle slaves look for new jobs every 10 ms; the last slave writes the finished
     /// record). Added once to every time the model predicts. Measured by
     /// `bench params` as the run time of a job of one empty task. Absent: 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]

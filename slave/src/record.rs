@@ -6,6 +6,7 @@
 //! job/<id>                 JobRecord (JSON), written once at submit
 //! jobstate/<id>/failed     Failure (JSON): the first job-fatal task error
 //! jobstate/<id>/finished   u64 LE: unix ms when a slave found every bag empty
+//! jobs/submitted           u64 LE: jobs ever submitted (idle slaves watch it)
 //! done/<id>/<seq in bag>@<bag index>   TaskDone (JSON), one per committed task
 //! ```
 
@@ -53,6 +54,16 @@ pub struct TaskDone {
     pub attempts: u32,
     pub finished_ms: u64,
     pub compute_ms: u64,
+}
+
+/// How many jobs were ever submitted: each submit adds one in the action
+/// that writes its record, so an idle slave that sees it change knows a
+/// new job is there to scan for (one cheap read, not two scans, per look).
+pub const SUBMITTED_KEY: &str = "jobs/submitted";
+
+/// The submit counter's value (absent: none submitted yet).
+pub fn submitted_count(value: Option<&[u8]>) -> u64 {
+    value.and_then(|v| v.try_into().ok()).map_or(0, u64::from_le_bytes)
 }
 
 pub fn job_key(id: Uuid) -> String {
