@@ -552,6 +552,8 @@ struct StoreSweep {
     per_task: TaskCosts,
     /// Task starts behind an ending, beyond quiet ones ([`task_starts_behind_endings`]).
     start_behind: Vec<Point>,
+    /// The endings themselves, whole ([`task_starts_behind_endings`]).
+    endings: Vec<Point>,
 }
 
 /// Evicts every file under `dir` from the page cache (after syncing it):
@@ -701,7 +703,7 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     let _ = read_all(client.clone(), matrices.clone()).await?;
     let hot_get = read_all(client.clone(), matrices.clone()).await?;
     let get_behind = gets_behind_puts(&client, &matrices).await?;
-    let start_behind = task_starts_behind_endings(&client, &matrices).await?;
+    let (start_behind, endings) = task_starts_behind_endings(&client, &matrices).await?;
     drop(session);
     drop(client);
     node.shutdown().await?;
@@ -712,7 +714,7 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     let cold_get = read_all(client.clone(), matrices).await?;
     drop(client);
     node.shutdown().await?;
-    Ok(StoreSweep { network, hot_get, get_behind, cold_get, put, put_over, commit_small, per_task, start_behind })
+    Ok(StoreSweep { network, hot_get, get_behind, cold_get, put, put_over, commit_small, per_task, start_behind, endings })
 }
 
 /// Cached reads as a slave's task thread makes its first ones under
@@ -774,10 +776,14 @@ async fn task_ending(
 /// block of the size, a done record, the commit) runs on the runtime,
 /// started just before, and alternately with nothing behind them. Per
 /// block size, the median start behind an ending less the median quiet
-/// one (at least a microsecond: noise must not make a rate negative).
-async fn task_starts_behind_endings(client: &Client, matrices: &[(usize, uuid::Uuid, u32)]) -> anyhow::Result<Vec<Point>> {
+/// one (at least a microsecond: noise must not make a rate negative);
+/// and the endings' own time, from their start to their commit answered
+/// (`Params::task_ending`): the mean, as a job pays every ending's whole
+/// time where it waits for them (their tail is long: 1.0 ms median, 1.3 ms
+/// mean at 512 KiB in a Cholesky job).
+async fn task_starts_behind_endings(client: &Client, matrices: &[(usize, uuid::Uuid, u32)]) -> anyhow::Result<(Vec<Point>, Vec<Point>)> {
     let session = std::sync::Arc::new(client.open_session("bench-params-start-behind").await?);
-    let mut out = Vec::new();
+    let (mut out, mut endings) = (Vec::new(), Vec::new());
     for &(b, id, g) in matrices {
         let bag = format!("bench-params/start-behind/{b}");
         // At least 32 of each kind: a size of few blocks gave one
@@ -788,14 +794,16 @@ async fn task_starts_behind_endings(client: &Client, matrices: &[(usize, uuid::U
             a.enqueue(&bag, &k.to_le_bytes()).await?;
         }
         a.commit().await?;
-        let (mut quiet, mut behind) = (Vec::new(), Vec::new());
+        let (mut quiet, mut behind, mut ended) = (Vec::new(), Vec::new(), Vec::new());
         for k in 0..n {
             // As after a task's kernels: the node and the client idle.
             tokio::time::sleep(PUT_PAUSE).await;
             let ending = (k % 2 == 1).then(|| {
                 let at = ((k / 2) % g, (k / 2 / g) % g);
                 let record = format!("bench-params/start-behind/done/{b}/{k}");
-                tokio::spawn(task_ending(session.clone(), id, at, random_block(b, k as u64), Some(record)))
+                let ending = task_ending(session.clone(), id, at, random_block(b, k as u64), Some(record));
+                let t = Instant::now();
+                tokio::spawn(async move { ending.await.map(|()| t.elapsed().as_secs_f64()) })
             });
             let t = Instant::now();
             let (failed, a) = tokio::join!(client.peek_small("bench-params/start-behind/failed"), session.begin());
@@ -806,15 +814,16 @@ async fn task_starts_behind_endings(client: &Client, matrices: &[(usize, uuid::U
             a.commit().await?;
             match ending {
                 Some(e) => {
-                    e.await??;
+                    ended.push(e.await??);
                     behind.push(took);
                 }
                 None => quiet.push(took),
             }
         }
         out.push(Point { units: (8 * b * b) as f64, secs: (median(&mut behind) - median(&mut quiet)).max(1e-6) });
+        endings.push(Point { units: (8 * b * b) as f64, secs: ended.iter().sum::<f64>() / ended.len().max(1) as f64 });
     }
-    Ok(out)
+    Ok((out, endings))
 }
 
 /// The store's own part of a transfer: measured time minus the network
@@ -886,6 +895,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     for p in &st.start_behind {
         eprintln!("{:<16} {:>12.0} B: {:>10.3} ms more than a quiet start", "start behind", p.units, p.secs * 1e3);
     }
+    for p in &st.endings {
+        eprintln!("{:<16} {:>12.0} B: {:>10.3} ms, put to commit answered (mean)", "task ending", p.units, p.secs * 1e3);
+    }
     print_sweep("put+commit", "B", 1e6, &st.put, &disk_put);
     print_sweep("overwrite+commit", "B", 1e6, &st.put_over, &disk_put_overwrite);
     eprintln!(
@@ -935,6 +947,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         task_overhead: Some(st.per_task.overhead),
         task_wake: Some(st.per_task.wake),
         task_start_behind: Some(st.start_behind.iter().map(|p| [p.units, p.secs]).collect()),
+        task_ending: Some(st.endings.iter().map(|p| [p.units, p.secs]).collect()),
         dag_release: Some(st.per_task.release),
         job_latency: latency,
         slave_start: start,
@@ -968,6 +981,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     fig("params_local_get_behind_threshold", local_get_behind.threshold, "B");
     fig("params_task_overhead", st.per_task.overhead * 1e3, "ms");
     fig("params_task_wake", st.per_task.wake * 1e3, "ms");
+    for p in &st.endings {
+        Figure {
+            name: "params_task_ending",
+            value: p.secs * 1e3,
+            unit: "ms",
+            target: None,
+            extra: vec![("quick", json!(args.quick)), ("bytes", json!(p.units))],
+        }
+        .print();
+    }
     for p in &st.start_behind {
         Figure {
             name: "params_task_start_behind",

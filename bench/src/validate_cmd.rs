@@ -186,6 +186,7 @@ fn thesis_params(params: &Params) -> Params {
         task_overhead: None,
         task_wake: None,
         task_start_behind: None,
+        task_ending: None,
         dag_release: None,
         job_latency: None,
         kernels: None,

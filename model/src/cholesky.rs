@@ -328,6 +328,9 @@ pub struct DagOverhead {
     /// (their counters read under write locks in one round trip and
     /// written back behind).
     pub release: f64,
+    /// The task's whole ending as measured (`Params::task_ending` at its
+    /// block's bytes, with write-behind): replaces its puts and `ending`.
+    pub measured_ending: Option<f64>,
 }
 
 /// The tasks `(i, j)` (0-based) that read `L(r, c)`, in the order a dag
@@ -358,7 +361,7 @@ pub fn dag_tasks(t: &Primitives, p: u64, ov: crate::schedule::Overlap, o: DagOve
             crate::simulate::SimTask {
                 foreground: c.foreground(ov) + o.slave,
                 release: o.release,
-                ending: c.put - c.put_in_foreground(ov) + o.ending,
+                ending: o.measured_ending.unwrap_or(c.put - c.put_in_foreground(ov) + o.ending),
                 successors: dag_successors(p, i, j).into_iter().map(index).collect(),
             }
         })
@@ -494,7 +497,7 @@ mod tests {
     fn write_behind_hides_only_the_endings_nobody_waits_for() {
         let t = prims();
         let ov = Overlap { slave: true, slave_share: 0.0, write_behind: true, ..Overlap::NONE };
-        let o = DagOverhead { slave: 0.0, ending: 0.01, release: 0.0 };
+        let o = DagOverhead { slave: 0.0, ending: 0.01, release: 0.0, measured_ending: None };
         // p = 2 is a chain: every ending is waited for.
         for p in 3..8u64 {
             let tasks = dag_tasks(&t, p, ov, o);

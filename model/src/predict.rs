@@ -164,7 +164,7 @@ enum Shape {
 fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown: f64) -> Result<Shape, ModelError> {
     let p = n.div_ceil(b);
     if app == App::Raytrace {
-        return Ok(with_overhead(Shape::Steps(raytrace::steps(params, n, b, options, slowdown)), params, p, start_behind(app, params, n, b, options)));
+        return Ok(with_overhead(Shape::Steps(raytrace::steps(params, n, b, options, slowdown)), params, p, start_behind(app, params, n, b, options), None));
     }
     let mut t = Primitives::square(params, b, options)?.slowed(slowdown);
     if let App::Cholesky(_) = app {
@@ -181,7 +181,7 @@ fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown:
         }
         App::Raytrace => unreachable!("handled above"),
     };
-    Ok(with_overhead(shape, params, p, start_behind(app, params, n, b, options)))
+    Ok(with_overhead(shape, params, p, start_behind(app, params, n, b, options), measured_ending(params, b, options)))
 }
 
 /// Seconds more each task's start takes behind the previous task's
@@ -229,7 +229,10 @@ pub const BARRIER_SHARE: f64 = 1.0;
 /// task on the dag's critical path pays the same (a successor starts after
 /// its producer's commit). Every barrier step but the last pays its ending
 /// ([`Step::with_barrier`]; the last one's is in `Params::job_latency`).
-fn with_overhead(shape: Shape, params: &Params, p: u64, start_behind: f64) -> Shape {
+/// A dag task's measured `ending` ([`measured_ending`]), where longer than
+/// the put and commit share its costs count, adds to every task of the
+/// chain, which waits for its producer's commit.
+fn with_overhead(shape: Shape, params: &Params, p: u64, start_behind: f64, ending: Option<f64>) -> Shape {
     let Some(o) = params.task_overhead.filter(|&o| o > 0.0) else { return shape };
     let wake = slave_latency(params, start_behind);
     let add = |st: &Step, extra: f64| st.with_task_overhead(o + extra, TASK_OVERHEAD_STORE_SHARE).with_slave_latency(wake);
@@ -249,7 +252,8 @@ fn with_overhead(shape: Shape, params: &Params, p: u64, start_behind: f64) -> Sh
         Shape::Graph(t, all, v, _) => {
             let releases = if v == Variant::Dag { cholesky::dag_release_requests(p) as f64 } else { 0.0 };
             let per_task = releases / all.n_tasks().max(1) as f64 * release_cost(params, o);
-            Shape::Graph(t, add(&all, per_task), v, o + per_task + wake)
+            let ending_beyond = ending.map_or(0.0, |e| (e - (t.tdput + t.tcom) - TASK_OVERHEAD_STORE_SHARE * o).max(0.0));
+            Shape::Graph(t, add(&all, per_task), v, o + per_task + wake + ending_beyond)
         }
     }
 }
@@ -258,13 +262,22 @@ fn with_overhead(shape: Shape, params: &Params, p: u64, start_behind: f64) -> Sh
 /// charges them: the slave's share of the round trips and its thread's
 /// wake-up, the store's share as the task's ending, its release request
 /// apart.
-fn dag_overhead(params: &Params, start_behind: f64) -> cholesky::DagOverhead {
+fn dag_overhead(params: &Params, start_behind: f64, measured_ending: Option<f64>) -> cholesky::DagOverhead {
     let Some(o) = params.task_overhead.filter(|&o| o > 0.0) else { return cholesky::DagOverhead::default() };
     cholesky::DagOverhead {
         slave: (1.0 - TASK_OVERHEAD_STORE_SHARE) * o + slave_latency(params, start_behind),
         ending: TASK_OVERHEAD_STORE_SHARE * o,
         release: release_cost(params, o),
+        measured_ending,
     }
+}
+
+/// A dag task's whole ending as `bench params` measured it
+/// (`Params::task_ending` at the bytes of the block it puts), with
+/// write-behind; without it the put is in the task's foreground.
+fn measured_ending(params: &Params, b: u64, options: &Options) -> Option<f64> {
+    let points = params.task_ending.as_deref().filter(|p| options.write_behind && !p.is_empty())?;
+    Some(crate::curves::interpolate(points, crate::ELEMENT_BYTES * (b * b) as f64))
 }
 
 /// Seconds every task waits at the slave beyond its share of the round
@@ -382,7 +395,8 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
     let computing_slowdown = |k: u64| machine.map_or(1.0, |c| c.slowdown(k.max(1)));
     let dag_run = match &free {
         Shape::Graph(t, _, Variant::Dag, _) if options.simulate_dag => {
-            Some(cholesky::dag_makespan(t, p, s, ov, dag_overhead(params, start_behind(app, params, n, b, options)), &computing_slowdown))
+            let o = dag_overhead(params, start_behind(app, params, n, b, options), measured_ending(params, b, options));
+            Some(cholesky::dag_makespan(t, p, s, ov, o, &computing_slowdown))
         }
         _ => None,
     };
@@ -575,6 +589,31 @@ mod tests {
             assert!((c.t1 - want).abs() < 1e-9 * want, "{app}: {} vs {want}", c.t1);
             let plain = Options::default();
             assert_eq!(predict(app, n, b, &behind, &plain).unwrap().t1, predict(app, n, b, &base, &plain).unwrap().t1, "{app}");
+        }
+    }
+
+    /// A measured task ending (`Params::task_ending`) is the dag's ending
+    /// with write-behind: every task of the longest chain waits for its
+    /// producer's commit, so a long ending makes the run at least the chain
+    /// of them. Barrier-step apps, and runs without write-behind (whose
+    /// puts are in the task), do not use it.
+    #[test]
+    fn a_measured_task_ending_is_the_dag_s_ending_with_write_behind() {
+        let base = Params { task_overhead: Some(0.002), ..Params::thesis_fast() };
+        let (n, b) = (1200u64, 300u64);
+        let p = n / b;
+        // Long against the thesis machine's tasks (its run is tens of seconds).
+        let ending = 50.0;
+        let slow = Params { task_ending: Some(vec![[8.0 * (b * b) as f64, ending]]), ..base.clone() };
+        let dag = App::Cholesky(Variant::Dag);
+        let behind = Options { write_behind: true, simulate_dag: true, ..Options::with_slaves(2) };
+        let (a, c) = (predict(dag, n, b, &base, &behind).unwrap(), predict(dag, n, b, &slow, &behind).unwrap());
+        let chain = (2 * p - 1) as f64 * ending;
+        assert!(a.predicted < chain && c.predicted >= chain, "{} then {} against a chain of {chain}", a.predicted, c.predicted);
+        let in_task = Options { write_behind: false, ..behind.clone() };
+        assert_eq!(predict(dag, n, b, &slow, &in_task).unwrap().predicted, predict(dag, n, b, &base, &in_task).unwrap().predicted);
+        for app in [App::Matmul, App::Lu { pivot: false }] {
+            assert_eq!(predict(app, n, b, &slow, &behind).unwrap().predicted, predict(app, n, b, &base, &behind).unwrap().predicted, "{app}");
         }
     }
 
