@@ -231,9 +231,20 @@ struct Point {
     slaves_cpu: f64,
     load: f64,
     ok: bool,
+    /// Every successful run's seconds, in order (the fastest is `measured`).
+    runs: Vec<f64>,
 }
 
 impl Point {
+    /// How much slower the slowest successful run was than the fastest:
+    /// the noise a point's error is to be read against (0 with one run).
+    fn spread(&self) -> f64 {
+        let slowest = self.runs.iter().copied().fold(0.0, f64::max);
+        if self.runs.len() < 2 || self.measured <= 0.0 {
+            return 0.0;
+        }
+        (slowest - self.measured) / self.measured
+    }
     fn err(&self) -> f64 {
         (self.extended.predicted - self.measured) / self.measured
     }
@@ -375,8 +386,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 let load = load_average();
                 let repeat = args.repeat.unwrap_or(if args.quick { 1 } else { 2 }).max(1);
                 let mut best: Option<(JobResult, f64, f64)> = None;
+                let mut runs = Vec::with_capacity(repeat);
                 for k in 0..repeat {
                     let run = run_one(&cluster, case, b, s, k, args.verify)?;
+                    if run.0.ok() {
+                        runs.push(run.0.seconds);
+                    }
                     if best.as_ref().is_none_or(|b| !b.0.ok() || (run.0.ok() && run.0.seconds < b.0.seconds)) {
                         best = Some(run);
                     }
@@ -396,6 +411,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     slaves_cpu: slaves_cpu / r.seconds.max(1e-9),
                     load,
                     ok: r.ok(),
+                    runs,
                 };
                 eprintln!(
                     "{:<9} n={:<5} b={:<5} s={s}: measured {:>7.2} s, predicted {:>7.2} s ({:+.1} %), thesis model {:>7.2} s ({:+.1} %){}",
@@ -429,7 +445,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 json!({"app": p.app, "n": p.n, "b": p.b, "slaves": p.slaves, "measured": p.measured,
                        "predicted": p.extended.predicted, "lwr": p.extended.t_s.lwr, "upr": p.extended.t_s.upr,
                        "thesis_predicted": p.thesis.predicted, "error": p.err(), "thesis_error": p.thesis_err(),
-                       "store_cpu": p.store_cpu, "slaves_cpu": p.slaves_cpu, "load": p.load, "ok": p.ok})
+                       "store_cpu": p.store_cpu, "slaves_cpu": p.slaves_cpu, "load": p.load, "ok": p.ok,
+                       "runs": p.runs, "spread": p.spread()})
             })
             .collect();
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
@@ -445,6 +462,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     fig("validate_max_abs_error", 100.0 * max(&abs), "%", Some(10.0));
     fig("validate_mean_abs_error", 100.0 * mean(&abs), "%", Some(10.0));
     fig("validate_points_within_10pct", within as f64, "points", Some(points.len() as f64));
+    // The run-to-run noise the errors are read against.
+    let spreads: Vec<f64> = points.iter().map(Point::spread).collect();
+    fig("validate_max_run_spread", 100.0 * max(&spreads), "%", None);
+    fig("validate_mean_run_spread", 100.0 * mean(&spreads), "%", None);
     fig("validate_thesis_model_max_abs_error", 100.0 * max(&tabs), "%", Some(10.0));
     fig("validate_thesis_model_mean_abs_error", 100.0 * mean(&tabs), "%", Some(10.0));
     for app in ["matmul", "cholesky", "lu", "raytrace"] {
@@ -460,18 +481,19 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 fn print_table(points: &[Point]) {
     println!();
     println!(
-        "{:<9} {:>5} {:>5} {:>2} {:>6} {:>9} {:>9} {:>19} {:>8} {:>9} {:>8} {:>6} {:>6} {:>5}",
-        "app", "n", "b", "s", "tasks", "measured", "predicted", "band [lwr, upr]", "error", "thesis", "error", "store", "slaves", "load"
+        "{:<9} {:>5} {:>5} {:>2} {:>6} {:>9} {:>7} {:>9} {:>19} {:>8} {:>9} {:>8} {:>6} {:>6} {:>5}",
+        "app", "n", "b", "s", "tasks", "measured", "spread", "predicted", "band [lwr, upr]", "error", "thesis", "error", "store", "slaves", "load"
     );
     for p in points {
         println!(
-            "{:<9} {:>5} {:>5} {:>2} {:>6} {:>8.2}s {:>8.2}s {:>19} {:>+7.1}% {:>8.2}s {:>+7.1}% {:>5.0}% {:>5.0}% {:>5.2}{}",
+            "{:<9} {:>5} {:>5} {:>2} {:>6} {:>8.2}s {:>6.1}% {:>8.2}s {:>19} {:>+7.1}% {:>8.2}s {:>+7.1}% {:>5.0}% {:>5.0}% {:>5.2}{}",
             p.app,
             p.n,
             p.b,
             p.slaves,
             p.extended.volumes.n_tasks,
             p.measured,
+            100.0 * p.spread(),
             p.extended.predicted,
             format!("[{:.2}, {:.2}]", p.extended.t_s.lwr, p.extended.t_s.upr),
             100.0 * p.err(),
@@ -483,7 +505,7 @@ fn print_table(points: &[Point]) {
             if p.ok { "" } else { "  FAILED" }
         );
     }
-    println!("(store, slaves: CPU used during the job as % of one core; load: 1-min load average before the job)");
+    println!("(measured: the fastest run; spread: how much slower the slowest run was; store, slaves: CPU used during the job as % of one core; load: 1-min load average before the job)");
 }
 
 /// Registers a system TrueType font for plotters' text (it has none built
