@@ -981,25 +981,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     fig("params_local_get_behind_threshold", local_get_behind.threshold, "B");
     fig("params_task_overhead", st.per_task.overhead * 1e3, "ms");
     fig("params_task_wake", st.per_task.wake * 1e3, "ms");
-    for p in &st.endings {
-        Figure {
-            name: "params_task_ending",
-            value: p.secs * 1e3,
-            unit: "ms",
-            target: None,
-            extra: vec![("quick", json!(args.quick)), ("bytes", json!(p.units))],
+    // The per-size curves: one figure per block size.
+    for (name, points) in [("params_task_ending", &st.endings), ("params_task_start_behind", &st.start_behind)] {
+        for p in points {
+            Figure { name, value: p.secs * 1e3, unit: "ms", target: None, extra: vec![("quick", json!(args.quick)), ("bytes", json!(p.units))] }.print();
         }
-        .print();
-    }
-    for p in &st.start_behind {
-        Figure {
-            name: "params_task_start_behind",
-            value: p.secs * 1e3,
-            unit: "ms",
-            target: None,
-            extra: vec![("quick", json!(args.quick)), ("bytes", json!(p.units))],
-        }
-        .print();
     }
     fig("params_dag_release", st.per_task.release * 1e3, "ms");
     fig("params_ray_pixel_rate", ray, "pixel/s");
