@@ -57,10 +57,18 @@ pub(crate) struct ReadWaits {
     pub(crate) small_wait: Duration,
     /// Time in `write_block` (the copy of the block, the put's spawn).
     pub(crate) write_calls: Duration,
+    /// The wait of the task's first block read, of either kind: it starts
+    /// with the task, behind the previous task's ending (LU n = 8192,
+    /// b = 256, one slave: 0.46 s of the job's 0.97 s of read waits,
+    /// although every block was prefetched).
+    pub(crate) first_wait: Duration,
 }
 
 impl ReadWaits {
     fn count(&mut self, prefetched: bool, waited: Duration) {
+        if self.prefetched + self.in_open == 0 {
+            self.first_wait = waited;
+        }
         let (n, total) = if prefetched { (&mut self.prefetched, &mut self.prefetched_wait) } else { (&mut self.in_open, &mut self.in_open_wait) };
         *n += 1;
         *total += waited;
@@ -394,6 +402,19 @@ mod tests {
     #[test]
     fn the_model_knows_the_prefetch_budget() {
         assert_eq!(super::PREFETCH_BYTES as f64, model::SLAVE_PREFETCH_BYTES);
+    }
+
+    /// The first block read's wait is kept apart, whichever kind it was.
+    #[test]
+    fn the_first_read_s_wait_is_kept_apart() {
+        use std::time::Duration;
+        let mut waits = super::ReadWaits::default();
+        waits.count(false, Duration::from_micros(700));
+        waits.count(true, Duration::from_micros(20));
+        waits.count(true, Duration::from_micros(30));
+        assert_eq!(waits.first_wait, Duration::from_micros(700));
+        assert_eq!((waits.prefetched, waits.in_open), (2, 1));
+        assert_eq!(waits.prefetched_wait, Duration::from_micros(50));
     }
 
     /// A job's blocks set its own prefetch depth, whatever the job before

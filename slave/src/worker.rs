@@ -244,6 +244,7 @@ impl Slave {
             write_ms = ms(waits.write_calls),
             prefetched = waits.prefetched,
             prefetched_wait_ms = ms(waits.prefetched_wait),
+            first_read_wait_ms = ms(waits.first_wait),
             in_open = waits.in_open,
             in_open_wait_ms = ms(waits.in_open_wait),
             small_reads = waits.small,
