@@ -60,14 +60,14 @@
 //! 0.19 ms more at 512 KiB, 1.3 ms at 8 MiB): the grid's mean error went
 //! from 5.9 % to 5.3 % and its largest from 20.9 % to 16.6 %.
 //!
-//! Known gap: at b = 256 Cholesky and LU run 12–17 % longer than
-//! predicted at n = 4096, and 20–29 % at n = 8192 (`--n 8192`; b = 512
-//! and 1024 there: 4–11 % under). The slave's timeline of LU n = 8192,
-//! b = 256, one slave: kernels 6.17 s, as the kernel rates give; the
-//! rest 2.34 s, of which 1.14 s between tasks and 1.21 s of reads and
-//! other work inside them. Single points move by up to 20 % between grid
-//! runs on this host (LU, b = 256, one slave: 1.31 to 1.59 s within the
-//! hour).
+//! Known gaps: the dag Cholesky at b = 256 runs 7–22 % longer than
+//! predicted at n = 4096, and at n = 8192 (`--n 8192`) every LU and
+//! Cholesky point is under-predicted, by 3–17 %: a task's reads wait
+//! although prefetched (0.6–1.1 ms a task of 8 or more blocks, about half
+//! of it the first read) and its first round trips after a long kernel
+//! have a 1.5 ms tail, and the parameters measure neither. Single points
+//! move by up to 18 % between the runs of one grid on this host: the
+//! table's `spread` column says how much, point by point.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -181,21 +181,28 @@ fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown:
         }
         App::Raytrace => unreachable!("handled above"),
     };
-    Ok(with_overhead(shape, params, p, start_behind(app, params, n, b, options), measured_ending(params, b, options)))
+    Ok(with_overhead(shape, params, p, start_behind(app, params, n, b, options), measured_ending(app, params, n, b, options)))
 }
 
 /// Seconds more each task's start takes behind the previous task's
 /// ending (`Params::task_start_behind` at the bytes a task puts), with
 /// write-behind; else 0.
 fn start_behind(app: App, params: &Params, n: u64, b: u64, options: &Options) -> f64 {
-    let Some(behind) = params.task_start_behind.as_deref().filter(|p| options.write_behind && !p.is_empty()) else { return 0.0 };
+    behind_curve(params.task_start_behind.as_deref(), app, n, b, options).unwrap_or(0.0)
+}
+
+/// A measured `[bytes, seconds]` curve of write-behind (`task_start_behind`,
+/// `task_ending`) at the bytes one task puts; `None` without write-behind
+/// or without the curve.
+fn behind_curve(curve: Option<&[[f64; 2]]>, app: App, n: u64, b: u64, options: &Options) -> Option<f64> {
+    let curve = curve.filter(|p| options.write_behind && !p.is_empty())?;
     let bytes = match app {
         // A band of `b` rows of pixels.
         App::Raytrace => b as f64 * n as f64 * options.pixel_bytes,
         // One block.
         _ => crate::ELEMENT_BYTES * (b * b) as f64,
     };
-    crate::curves::interpolate(behind, bytes)
+    Some(crate::curves::interpolate(curve, bytes))
 }
 
 /// Share of the per-task overhead serialised at the store node (see
@@ -272,12 +279,11 @@ fn dag_overhead(params: &Params, start_behind: f64, measured_ending: Option<f64>
     }
 }
 
-/// A dag task's whole ending as `bench params` measured it
-/// (`Params::task_ending` at the bytes of the block it puts), with
-/// write-behind; without it the put is in the task's foreground.
-fn measured_ending(params: &Params, b: u64, options: &Options) -> Option<f64> {
-    let points = params.task_ending.as_deref().filter(|p| options.write_behind && !p.is_empty())?;
-    Some(crate::curves::interpolate(points, crate::ELEMENT_BYTES * (b * b) as f64))
+/// A task's whole ending as `bench params` measured it
+/// (`Params::task_ending` at the bytes it puts), with write-behind;
+/// without it the put is in the task's foreground.
+fn measured_ending(app: App, params: &Params, n: u64, b: u64, options: &Options) -> Option<f64> {
+    behind_curve(params.task_ending.as_deref(), app, n, b, options)
 }
 
 /// Seconds every task waits at the slave beyond its share of the round
@@ -395,7 +401,7 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
     let computing_slowdown = |k: u64| machine.map_or(1.0, |c| c.slowdown(k.max(1)));
     let dag_run = match &free {
         Shape::Graph(t, _, Variant::Dag, _) if options.simulate_dag => {
-            let o = dag_overhead(params, start_behind(app, params, n, b, options), measured_ending(params, b, options));
+            let o = dag_overhead(params, start_behind(app, params, n, b, options), measured_ending(app, params, n, b, options));
             Some(cholesky::dag_makespan(t, p, s, ov, o, &computing_slowdown))
         }
         _ => None,

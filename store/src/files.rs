@@ -850,14 +850,21 @@ mod tests {
         assert!(last_page_cached(&empty), "nothing to read ahead");
     }
 
-    /// A streamed put's version waits unsynced, cut to its length and
-    /// readable, until its commit syncs it or its action drops it.
-    #[test]
-    fn a_version_synced_later_is_synced_once_or_forgotten() {
+    /// Block files holding one retired version of 64 bytes, which the next
+    /// staging reuses.
+    fn with_one_recycled() -> (tempfile::TempDir, BlockFiles, Uuid) {
         let dir = tempfile::tempdir().unwrap();
         let files = BlockFiles::open(dir.path()).unwrap();
         let old = files.write(&[9u8; 64]).unwrap();
         files.retire(&[old]);
+        (dir, files, old)
+    }
+
+    /// A streamed put's version waits unsynced, cut to its length and
+    /// readable, until its commit syncs it or its action drops it.
+    #[test]
+    fn a_version_synced_later_is_synced_once_or_forgotten() {
+        let (_dir, files, old) = with_one_recycled();
         let staging = files.stage(16).unwrap();
         staging.write_unsynced_at(&[3u8; 16], 0).unwrap();
         let v = files.sync_later(staging).unwrap();
@@ -881,10 +888,7 @@ mod tests {
 
     #[test]
     fn a_version_written_in_pieces_reads_back_whole() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = BlockFiles::open(dir.path()).unwrap();
-        let old = files.write(&[9u8; 64]).unwrap();
-        files.retire(&[old]);
+        let (_dir, files, old) = with_one_recycled();
         // Pieces out of order into the longer recycled file: the finish
         // cuts it to the value's length.
         let staging = files.stage(40).unwrap();
