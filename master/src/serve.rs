@@ -37,6 +37,11 @@ pub(crate) struct Args {
     /// Enable test-only RPCs (corrupting a block on purpose). Never in production.
     #[arg(long, hide = true)]
     test_hooks: bool,
+    /// Test hook (with --test-hooks): the first commit whose block versions
+    /// are synced beside its batch damages them after the batch and kills
+    /// the node, as a power cut between the two flushes would.
+    #[arg(long, hide = true, requires = "test_hooks")]
+    crash_after_batch: bool,
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
@@ -49,6 +54,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     config.node.lock_timeout = Duration::from_millis(args.lock_timeout_ms);
     config.node.attempt_limit = args.attempt_limit;
     config.node.test_hooks = args.test_hooks;
+    config.node.crash_after_batch = args.crash_after_batch;
     let running = store::start(config).await.context("starting the store node")?;
     // A line on stdout that scripts and tests can wait for.
     println!("listening {}", running.addr());

@@ -168,6 +168,56 @@ async fn write_until_error(addr: &str, matrix: uuid::Uuid, acked: &AtomicU64, at
     }
 }
 
+/// The node dies after a commit's batch is durable and before the block
+/// version it names is: the whole commit (block, small object, dequeue)
+/// must be gone after the restart, not only the block.
+#[test]
+fn a_node_killed_between_a_commits_batch_and_its_versions_sync_loses_the_whole_commit() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let mut store = StoreProc::start(dir.path(), &[]);
+    let matrix = rt.block_on(async {
+        let c = Client::connect(&store.addr, None).await.unwrap();
+        let m = c.create_matrix("undone", 4, 4, 4).await.unwrap();
+        enqueue_all(&c, "bag", &["t1"]).await;
+        let s = c.open_session("setup").await.unwrap();
+        let a = s.begin().await.unwrap();
+        a.put_block(m.id, 0, 0, stamped(1)).await.unwrap();
+        a.write_small("stamp", &[1]).await.unwrap();
+        a.commit().await.unwrap();
+        m.id
+    });
+    store.kill9();
+
+    let mut store = StoreProc::start(dir.path(), &["--test-hooks", "--crash-after-batch"]);
+    let commit = rt.block_on(async {
+        let c = Client::connect(&store.addr, None).await.unwrap();
+        let s = c.open_session("cut off").await.unwrap();
+        let a = s.begin().await.unwrap();
+        let Dequeue::Task(t) = a.dequeue("bag", Duration::ZERO).await.unwrap() else { panic!("no task") };
+        assert_eq!(t.payload, b"t1");
+        a.put_block(matrix, 0, 0, stamped(2)).await.unwrap();
+        a.write_small("stamp", &[2]).await.unwrap();
+        a.commit().await
+    });
+    assert!(commit.is_err(), "the commit cannot have been acknowledged: {commit:?}");
+    let status = store.child.wait().unwrap();
+    assert_eq!(status.signal(), Some(Signal::SIGKILL as i32), "the hook killed the node: {status:?}");
+
+    let store = StoreProc::start(dir.path(), &[]);
+    rt.block_on(async {
+        let c = Client::connect(&store.addr, None).await.unwrap();
+        assert_eq!(c.read_block_committed(matrix, 0, 0).await.unwrap(), stamped(1), "the block is the old version");
+        assert_eq!(c.peek_small("stamp").await.unwrap(), Some(vec![1]), "the small write is undone with it");
+        let s = c.open_session("check").await.unwrap();
+        let a = s.begin().await.unwrap();
+        let Dequeue::Task(t) = a.dequeue("bag", Duration::ZERO).await.unwrap() else { panic!("the dequeued task is lost") };
+        assert_eq!(t.payload, b"t1");
+        a.commit().await.unwrap();
+    });
+}
+
 #[test]
 fn a_store_node_killed_at_random_moments_keeps_every_acknowledged_commit_and_tears_none() {
     let seed: u64 = std::env::var("FT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(20261122);

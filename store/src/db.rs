@@ -8,6 +8,8 @@
 //! "B" matrix(16) i(u32 BE) j(BE)  current version (16) of the block
 //! "O" key                         small object
 //! "Q" bag 0x00 seq(u64 BE)        queue element: attempts (u32 LE) ++ payload
+//! "U" seq(u64 BE)                 undo record of a commit whose versions
+//!                                 were still syncing (`undo.rs`)
 //! ```
 //! Block versions are files, not values (see `files.rs` for why): a block
 //! write stages a new version file, synced; the top-level commit switches
@@ -35,6 +37,7 @@
 //! core to another thread, which a busy machine pays for in CPU).
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::path::Path;
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -46,6 +49,7 @@ use uuid::Uuid;
 
 use crate::files::BlockFiles;
 use crate::keys::{BlockKey, ObjKey, Tentative};
+use crate::undo::{self, Undo};
 
 const BLOCKS: &str = "blocks";
 
@@ -63,7 +67,19 @@ pub(crate) struct Db {
 struct CommitJob {
     writes: Vec<(ObjKey, Tentative)>,
     queue: Vec<queue::Mutation>,
-    done: oneshot::Sender<Result<(), StoreError>>,
+    /// Whether the batch must carry an undo record: the versions it
+    /// names are being synced beside it ([`Db::commit_beside`]).
+    undo: bool,
+    done: oneshot::Sender<Result<Committed, StoreError>>,
+}
+
+/// A commit's batch, durable.
+struct Committed {
+    /// The block versions it replaced: recycled once its versions are
+    /// durable too.
+    replaced: Vec<Uuid>,
+    /// Its undo record and the record's number, if it has one.
+    undo: Option<(u64, Undo)>,
 }
 
 impl Drop for Db {
@@ -85,6 +101,9 @@ impl Drop for Db {
 /// What [`Db::open`] found.
 pub(crate) struct Recovered {
     pub(crate) boot: u64,
+    /// Commits a crash cut off between their batch and their versions'
+    /// syncs, and whose versions did not survive: undone.
+    pub(crate) n_commits_undone: usize,
     pub(crate) queue: Vec<(String, u64, Vec<u8>, u32)>,
     pub(crate) n_garbage_versions: usize,
 }
@@ -156,6 +175,14 @@ impl Db {
         let boot = self.db.get(b"!boot").map_err(storage_error)?.map_or(0, |v| u64::from_le_bytes(v[..8].try_into().unwrap_or([0; 8]))) + 1;
         let mut batch = WriteBatch::default();
         batch.put(b"!boot", boot.to_le_bytes());
+        // Before the pointers and queues are read: an undone commit names
+        // its old versions again and gives its elements back. Each record
+        // goes with its own deletion, in one synced batch.
+        let undone = undo::resolve(&self.db, &self.files, &mut batch)?;
+        if undone.rolled_back > 0 {
+            self.db.write_opt(std::mem::take(&mut batch), &synced()).map_err(storage_error)?;
+            batch.put(b"!boot", boot.to_le_bytes());
+        }
         // Staged markers of the BlobDB layout: those versions never committed.
         for item in self.db.prefix_iterator(b"S") {
             let (k, _) = item.map_err(storage_error)?;
@@ -189,7 +216,7 @@ impl Db {
             }
         }
         write_synced(&self.db, &self.files, batch)?;
-        Ok(Recovered { boot, queue, n_garbage_versions })
+        Ok(Recovered { boot, n_commits_undone: undone.rolled_back, queue, n_garbage_versions })
     }
 
     pub(crate) fn get_small(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
@@ -272,6 +299,11 @@ impl Db {
 
     /// The version files, for a put that writes its version in pieces as
     /// they arrive ([`BlockFiles::stage`]).
+    #[cfg(test)]
+    pub(crate) fn raw(&self) -> &DB {
+        &self.db
+    }
+
     pub(crate) fn files(&self) -> &Arc<BlockFiles> {
         &self.files
     }
@@ -282,14 +314,85 @@ impl Db {
     }
 
     /// The top-level commit: every write of the action and every queue
-    /// change, written with a synced batch by the group committer. When
-    /// this returns Ok, it is on disk.
+    /// change, written with a synced batch by the group committer. Every
+    /// version it names must be synced. When this returns Ok, it is on disk.
     pub(crate) async fn commit(&self, writes: Vec<(ObjKey, Tentative)>, queue: Vec<queue::Mutation>) -> Result<(), StoreError> {
+        let committed = self.queue_commit(writes, queue, false)?.await?;
+        self.files.retire(&committed.replaced);
+        Ok(())
+    }
+
+    /// The top-level commit of an action whose versions are not all
+    /// synced yet: its batch (with an undo record, see `undo.rs`) is
+    /// written while `sync_versions` syncs them. Ok once both are
+    /// durable. If the syncs fail, the batch is undone before this
+    /// returns their error.
+    pub(crate) async fn commit_beside(
+        &self,
+        writes: Vec<(ObjKey, Tentative)>,
+        queue: Vec<queue::Mutation>,
+        sync_versions: impl Future<Output = Result<(), StoreError>>,
+    ) -> Result<(), StoreError> {
+        // Queued before the sync starts, so that the two flushes overlap.
+        let batch = self.queue_commit(writes, queue, true)?;
+        let (committed, synced) = tokio::join!(batch, sync_versions);
+        let committed = committed?;
+        let (seq, undo) = committed.undo.expect("a commit queued with an undo record has one");
+        if let Err(e) = synced {
+            let mut batch = WriteBatch::default();
+            undo.roll_back(seq, &mut batch);
+            if let Err(undo_failed) = write_synced(&self.db, &self.files, batch) {
+                // The record stays: the next open checks the versions
+                // and undoes the commit if one did not reach the disk.
+                tracing::error!(seq, "cannot undo a commit whose block versions failed to sync: {undo_failed}");
+            }
+            return Err(e);
+        }
+        self.files.retire(&committed.replaced);
+        // Not synced: a write survives the process, and a power cut that
+        // loses it leaves a record whose versions are synced, which the
+        // next open checks and deletes. Synced, it would cost the flush
+        // this saves.
+        if let Err(e) = self.db.delete(undo::key(seq)) {
+            tracing::warn!(seq, "cannot delete a settled undo record (the next open checks it): {e}");
+        }
+        Ok(())
+    }
+
+    /// Test hook ([`crate::NodeConfig::crash_after_batch`]): commits the
+    /// batch with its undo record, damages the versions it names instead
+    /// of syncing them, and kills this process.
+    pub(crate) async fn crash_after_batch(
+        &self,
+        writes: Vec<(ObjKey, Tentative)>,
+        queue: Vec<queue::Mutation>,
+        versions: &[Uuid],
+    ) -> Result<(), StoreError> {
+        let durable = self.queue_commit(writes, queue, true)?.await.is_ok();
+        tracing::warn!(durable, "test hook: damaging the commit's block versions and killing the node");
+        for &v in versions {
+            let _ = self.files.corrupt(v, store_client::block::HEADER_LEN + 3);
+        }
+        // SAFETY: a plain syscall; the process ends here.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        std::process::abort()
+    }
+
+    /// Hands a commit to the committer; the future answers when its batch
+    /// is durable.
+    fn queue_commit(
+        &self,
+        writes: Vec<(ObjKey, Tentative)>,
+        queue: Vec<queue::Mutation>,
+        undo: bool,
+    ) -> Result<impl Future<Output = Result<Committed, StoreError>>, StoreError> {
         let stopped = || StoreError::ShuttingDown;
         let (done, answer) = oneshot::channel();
         let commits = self.commits.as_ref().ok_or_else(stopped)?;
-        commits.send(CommitJob { writes, queue, done }).map_err(|_| stopped())?;
-        answer.await.map_err(|_| StoreError::Storage { what: "the commit thread ended before this commit was written".into() })?
+        commits.send(CommitJob { writes, queue, undo, done }).map_err(|_| stopped())?;
+        Ok(async {
+            answer.await.map_err(|_| StoreError::Storage { what: "the commit thread ended before this commit was written".into() })?
+        })
     }
 
     /// Persists queue changes made outside a commit (attempt counts and
@@ -337,27 +440,25 @@ fn block_version(db: &DB, key: &BlockKey) -> Result<Option<Uuid>, StoreError> {
 /// The group committer: each round takes every queued commit, writes them
 /// as one synced batch and answers each. Ends when [`Db`] is dropped.
 fn run_committer(db: &DB, files: &BlockFiles, jobs: mpsc::Receiver<CommitJob>) {
+    // Undo records are settled at every open, so numbers restart there.
+    let mut next_undo = 0u64;
     while let Ok(first) = jobs.recv() {
         let mut group = vec![first];
         // Whatever queued while the last group synced goes in this one.
         group.extend(jobs.try_iter());
         let mut batch = WriteBatch::default();
         let mut waiting = Vec::with_capacity(group.len());
-        let mut replaced = Vec::new();
         for job in group {
-            // The invariant that makes a pointer safe to write: every
-            // version it names is synced (`Node::commit` syncs those their
-            // puts left unsynced before it queues the commit here).
-            debug_assert!(
-                !files.has_unsynced(&job.writes.iter().filter_map(|(_, t)| t.staged_version()).collect::<Vec<_>>()),
-                "a commit reached the committer naming a version that is not synced"
-            );
-            // A commit whose old block versions cannot be read fails alone,
+            // A commit whose old values cannot be read fails alone,
             // before any of it is in the batch.
-            match add_commit(db, &mut batch, &job.writes, &job.queue) {
-                Ok(old) => {
-                    replaced.extend(old);
-                    waiting.push(job.done);
+            match add_commit(db, &mut batch, &job) {
+                Ok((replaced, undo)) => {
+                    let undo = undo.map(|undo| {
+                        next_undo += 1;
+                        batch.put(undo::key(next_undo), undo.encode());
+                        (next_undo, undo)
+                    });
+                    waiting.push((job.done, Committed { replaced, undo }));
                 }
                 Err(e) => {
                     let _ = job.done.send(Err(e));
@@ -369,37 +470,58 @@ fn run_committer(db: &DB, files: &BlockFiles, jobs: mpsc::Receiver<CommitJob>) {
         }
         // The new versions' directory entries before the pointers to them.
         let result = files.sync_dir_if_needed().and_then(|()| write_synced(db, files, batch));
-        if result.is_ok() {
-            files.retire(&replaced);
-        }
-        for done in waiting {
-            let _ = done.send(result.clone());
+        for (done, committed) in waiting {
+            let _ = done.send(result.clone().map(|()| committed));
         }
     }
 }
 
 /// Adds one action's commit to `batch`: its writes (switching block
 /// pointers) and its queue changes; returns the versions it replaces, to
-/// remove once the batch is durable. Reads everything it needs first, so
-/// on error nothing of it was added.
-fn add_commit(db: &DB, batch: &mut WriteBatch, writes: &[(ObjKey, Tentative)], queue: &[queue::Mutation]) -> Result<Vec<Uuid>, StoreError> {
-    let mut old_versions = Vec::new();
-    for (key, _) in writes {
-        if let ObjKey::Block(b) = key {
-            old_versions.push(block_version(db, b)?);
-        }
-    }
-    let replaced = old_versions.iter().flatten().copied().collect();
-    for (key, t) in writes {
-        match (key, t) {
-            (ObjKey::Small(k), Tentative::Small(v)) => batch.put(small_key(k), v),
-            (ObjKey::Small(k), Tentative::Deleted) => batch.delete(small_key(k)),
-            (ObjKey::Block(b), Tentative::Block(version)) => batch.put(b.pointer(), version.as_bytes()),
+/// recycle once the commit is durable, and with `job.undo` its undo
+/// record. Reads everything it needs first, so on error nothing of it was
+/// added.
+fn add_commit(db: &DB, batch: &mut WriteBatch, job: &CommitJob) -> Result<(Vec<Uuid>, Option<Undo>), StoreError> {
+    let mut changes: Vec<(Vec<u8>, Option<&[u8]>)> = Vec::with_capacity(job.writes.len());
+    let mut replaced = Vec::new();
+    let mut undo = job.undo.then(Undo::default);
+    for (key, t) in &job.writes {
+        let change = match (key, t) {
+            (ObjKey::Small(k), Tentative::Small(v)) => (small_key(k), Some(&v[..])),
+            (ObjKey::Small(k), Tentative::Deleted) => (small_key(k), None),
+            (ObjKey::Block(b), Tentative::Block(version)) => {
+                let old = block_version(db, b)?;
+                replaced.extend(old);
+                if let Some(undo) = &mut undo {
+                    undo.before.push((b.pointer(), old.map(|v| v.as_bytes().to_vec())));
+                    undo.versions.push((b.pointer(), *version));
+                }
+                (b.pointer(), Some(&version.as_bytes()[..]))
+            }
             (k, t) => unreachable!("tentative {t:?} recorded for {k:?}"),
+        };
+        if let (Some(undo), ObjKey::Small(_)) = (&mut undo, key) {
+            undo.before.push((change.0.clone(), db.get(&change.0).map_err(storage_error)?));
+        }
+        changes.push(change);
+    }
+    if let Some(undo) = &mut undo {
+        for m in &job.queue {
+            let k = match m {
+                queue::Mutation::Put { bag, seq, .. } | queue::Mutation::Delete { bag, seq } => queue_key(bag, *seq),
+            };
+            let before = db.get(&k).map_err(storage_error)?;
+            undo.before.push((k, before));
         }
     }
-    queue_batch(batch, queue);
-    Ok(replaced)
+    for (k, v) in changes {
+        match v {
+            Some(v) => batch.put(k, v),
+            None => batch.delete(k),
+        }
+    }
+    queue_batch(batch, &job.queue);
+    Ok((replaced, undo))
 }
 
 fn queue_batch(batch: &mut WriteBatch, queue: &[queue::Mutation]) {

@@ -454,6 +454,12 @@ impl BlockFiles {
         !syncing.is_empty() && versions.iter().any(|v| syncing.contains_key(v))
     }
 
+    /// The versions waiting for their sync.
+    #[cfg(test)]
+    pub(crate) fn unsynced_versions(&self) -> Vec<Uuid> {
+        self.syncing.lock().unwrap().keys().copied().collect()
+    }
+
     /// Syncs the files of these versions that [`BlockFiles::sync_later`]
     /// left unsynced (the others were synced before their puts were
     /// answered); the first that fails fails the call.

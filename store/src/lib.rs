@@ -23,6 +23,7 @@ mod keys;
 mod node;
 mod open_files;
 mod rpc;
+mod undo;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -123,6 +124,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
         boot = recovered.boot,
         n_queue_elements = recovered.queue.len(),
         n_garbage_versions = recovered.n_garbage_versions,
+        n_commits_undone = recovered.n_commits_undone,
         "store opened at {}",
         config.data.display()
     );

@@ -28,6 +28,11 @@ pub struct NodeConfig {
     pub attempt_limit: u32,
     /// Enables `CorruptBlockForTest`.
     pub test_hooks: bool,
+    /// Test hook (with `test_hooks`): the first commit whose versions
+    /// sync beside its batch damages them once the batch is durable and
+    /// SIGKILLs the node, as a power cut between the two flushes would
+    /// leave it.
+    pub crash_after_batch: bool,
 }
 
 impl Default for NodeConfig {
@@ -37,6 +42,7 @@ impl Default for NodeConfig {
             lock_timeout: Duration::from_secs(10),
             attempt_limit: 3,
             test_hooks: false,
+            crash_after_batch: false,
         }
     }
 }
@@ -271,13 +277,19 @@ impl Node {
         };
         let (writes, q) = prepared;
         let staged: Vec<Uuid> = writes.iter().filter_map(|(_, t)| t.staged_version()).collect();
-        // The versions' data before the pointers to them: versions whose
-        // puts were answered unsynced are synced here, each commit on its
-        // own worker, so that concurrent commits' syncs overlap (on the
-        // committer thread they would queue one after the other).
-        let result = match self.sync_staged(&staged).await {
-            Ok(()) => self.db.commit(writes, q).await,
-            Err(e) => Err(e),
+        // Versions whose puts were answered unsynced are synced here, each
+        // commit on its own worker, so that concurrent commits' syncs
+        // overlap (on the committer thread they would queue one after the
+        // other), and beside the batch naming them, which carries what
+        // undoes it should a crash lose a version (`undo.rs`).
+        let result = if self.db.files().has_unsynced(&staged) {
+            if self.config.test_hooks && self.config.crash_after_batch {
+                self.db.crash_after_batch(writes, q, &staged).await
+            } else {
+                self.db.commit_beside(writes, q, self.sync_staged(&staged)).await
+            }
+        } else {
+            self.db.commit(writes, q).await
         };
         {
             let mut core = self.core();
