@@ -210,6 +210,19 @@ pub(crate) fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / hz
 }
 
+/// CPU seconds all cores spent busy so far (user, system, interrupts and
+/// time the host took them: not idle, not waiting for I/O), from
+/// /proc/stat: less the job's processes, what else ran beside a job.
+pub(crate) fn machine_busy_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else { return 0.0 };
+    let Some(all) = stat.lines().next().and_then(|l| l.strip_prefix("cpu ")) else { return 0.0 };
+    let f: Vec<f64> = all.split_whitespace().map(|v| v.parse().unwrap_or(0.0)).collect();
+    // user nice system idle iowait irq softirq steal (guest is in user).
+    let busy: f64 = [0, 1, 2, 5, 6, 7].iter().filter_map(|&i| f.get(i)).sum();
+    // SAFETY: sysconf has no preconditions.
+    busy / unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64
+}
+
 /// One-minute load average: other work on the machine makes a point noisy.
 pub(crate) fn load_average() -> f64 {
     std::fs::read_to_string("/proc/loadavg")
@@ -229,6 +242,9 @@ struct Point {
     extended: Prediction,
     store_cpu: f64,
     slaves_cpu: f64,
+    /// CPU of everything else during the job (kernel threads, other
+    /// processes, the host), as a share of one core.
+    other_cpu: f64,
     load: f64,
     ok: bool,
     /// Every successful run's seconds, in order (the fastest is `measured`).
@@ -253,8 +269,15 @@ impl Point {
     }
 }
 
+/// CPU seconds a job's processes and everything else used while it ran.
+struct JobCpu {
+    store: f64,
+    slaves: f64,
+    other: f64,
+}
+
 /// Submits one job of the grid and waits for it.
-fn run_one(c: &Cluster, case: &Case, b: u64, s: u64, run: usize, verify: bool) -> anyhow::Result<(JobResult, f64, f64)> {
+fn run_one(c: &Cluster, case: &Case, b: u64, s: u64, run: usize, verify: bool) -> anyhow::Result<(JobResult, JobCpu)> {
     let out = format!("out-{}-{b}-{s}-{run}", case.app);
     let (bs, side) = (b.to_string(), case.n.to_string());
     let (lvl, smp) = (RAY_LEVEL.to_string(), RAY_SAMPLES.to_string());
@@ -269,9 +292,13 @@ fn run_one(c: &Cluster, case: &Case, b: u64, s: u64, run: usize, verify: bool) -
         ],
     };
     let pids: Vec<u32> = c.slave_pids();
-    let cpu0 = (cpu_seconds(c.store_pid()), pids.iter().map(|&p| cpu_seconds(p)).sum::<f64>());
-    let r = c.run_job(&args, Duration::from_secs(1800))?;
-    let cpu1 = (cpu_seconds(c.store_pid()), pids.iter().map(|&p| cpu_seconds(p)).sum::<f64>());
+    let cpu = || (cpu_seconds(c.store_pid()), pids.iter().map(|&p| cpu_seconds(p)).sum::<f64>(), machine_busy_seconds());
+    // From the submit's return: the `master submit` process's own start
+    // (30-odd ms of CPU) is not the job's, and would be "other" here.
+    let id = c.submit(&args)?;
+    let cpu0 = cpu();
+    let r = c.wait(id, Duration::from_secs(1800))?;
+    let cpu1 = cpu();
     if verify && r.ok() {
         let (passed, line) = c.verify(r.id)?;
         anyhow::ensure!(passed, "{} b={b} s={s}: verify failed: {line}", case.app);
@@ -279,7 +306,8 @@ fn run_one(c: &Cluster, case: &Case, b: u64, s: u64, run: usize, verify: bool) -
     if case.app != "raytrace" {
         c.remove_matrix(&out);
     }
-    Ok((r, cpu1.0 - cpu0.0, cpu1.1 - cpu0.1))
+    let (store, slaves) = (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1);
+    Ok((r, JobCpu { store, slaves, other: (cpu1.2 - cpu0.2 - store - slaves).max(0.0) }))
 }
 
 fn create_inputs(c: &Cluster, case: &Case, b: u64) -> anyhow::Result<()> {
@@ -385,7 +413,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 }
                 let load = load_average();
                 let repeat = args.repeat.unwrap_or(if args.quick { 1 } else { 2 }).max(1);
-                let mut best: Option<(JobResult, f64, f64)> = None;
+                let mut best: Option<(JobResult, JobCpu)> = None;
                 let mut runs = Vec::with_capacity(repeat);
                 for k in 0..repeat {
                     let run = run_one(&cluster, case, b, s, k, args.verify)?;
@@ -396,7 +424,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                         best = Some(run);
                     }
                 }
-                let (r, store_cpu, slaves_cpu) = best.expect("at least one run");
+                let (r, cpu) = best.expect("at least one run");
                 let thesis = predict(case.model, case.n, b, &thesis_p, &thesis_opts(s))?;
                 let extended = predict(case.model, case.n, b, &ext_p, &ext_opts_for(case.model, s))?;
                 let p = Point {
@@ -407,8 +435,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     measured: r.seconds,
                     thesis,
                     extended,
-                    store_cpu: store_cpu / r.seconds.max(1e-9),
-                    slaves_cpu: slaves_cpu / r.seconds.max(1e-9),
+                    store_cpu: cpu.store / r.seconds.max(1e-9),
+                    slaves_cpu: cpu.slaves / r.seconds.max(1e-9),
+                    other_cpu: cpu.other / r.seconds.max(1e-9),
                     load,
                     ok: r.ok(),
                     runs,
@@ -445,7 +474,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 json!({"app": p.app, "n": p.n, "b": p.b, "slaves": p.slaves, "measured": p.measured,
                        "predicted": p.extended.predicted, "lwr": p.extended.t_s.lwr, "upr": p.extended.t_s.upr,
                        "thesis_predicted": p.thesis.predicted, "error": p.err(), "thesis_error": p.thesis_err(),
-                       "store_cpu": p.store_cpu, "slaves_cpu": p.slaves_cpu, "load": p.load, "ok": p.ok,
+                       "store_cpu": p.store_cpu, "slaves_cpu": p.slaves_cpu, "other_cpu": p.other_cpu, "load": p.load, "ok": p.ok,
                        "runs": p.runs, "spread": p.spread()})
             })
             .collect();
@@ -481,12 +510,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 fn print_table(points: &[Point]) {
     println!();
     println!(
-        "{:<9} {:>5} {:>5} {:>2} {:>6} {:>9} {:>7} {:>9} {:>19} {:>8} {:>9} {:>8} {:>6} {:>6} {:>5}",
-        "app", "n", "b", "s", "tasks", "measured", "spread", "predicted", "band [lwr, upr]", "error", "thesis", "error", "store", "slaves", "load"
+        "{:<9} {:>5} {:>5} {:>2} {:>6} {:>9} {:>7} {:>9} {:>19} {:>8} {:>9} {:>8} {:>6} {:>6} {:>6} {:>5}",
+        "app", "n", "b", "s", "tasks", "measured", "spread", "predicted", "band [lwr, upr]", "error", "thesis", "error", "store", "slaves", "other", "load"
     );
     for p in points {
         println!(
-            "{:<9} {:>5} {:>5} {:>2} {:>6} {:>8.2}s {:>6.1}% {:>8.2}s {:>19} {:>+7.1}% {:>8.2}s {:>+7.1}% {:>5.0}% {:>5.0}% {:>5.2}{}",
+            "{:<9} {:>5} {:>5} {:>2} {:>6} {:>8.2}s {:>6.1}% {:>8.2}s {:>19} {:>+7.1}% {:>8.2}s {:>+7.1}% {:>5.0}% {:>5.0}% {:>5.0}% {:>5.2}{}",
             p.app,
             p.n,
             p.b,
@@ -501,11 +530,12 @@ fn print_table(points: &[Point]) {
             100.0 * p.thesis_err(),
             100.0 * p.store_cpu,
             100.0 * p.slaves_cpu,
+            100.0 * p.other_cpu,
             p.load,
             if p.ok { "" } else { "  FAILED" }
         );
     }
-    println!("(measured: the fastest run; spread: how much slower the slowest run was; store, slaves: CPU used during the job as % of one core; load: 1-min load average before the job)");
+    println!("(measured: the fastest run; spread: how much slower the slowest run was; store, slaves: CPU used during the job as % of one core; other: CPU of everything else meanwhile (kernel threads such as kdamond, other processes, time the host took); load: 1-min load average before the job)");
 }
 
 /// Registers a system TrueType font for plotters' text (it has none built
