@@ -399,6 +399,9 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
     // (the dag's and the barrier steps' simulations below).
     let machine = options.shared_cpu.map(|c| sharing(&free, p, s, ov, c));
     let computing_slowdown = |k: u64| machine.map_or(1.0, |c| c.slowdown(k.max(1)));
+    // From here on, the reads a slave hides are those a spare core lets it
+    // hide (the store's share above was found with all of them hidden).
+    let ov = Overlap { slave_share: ov.slave_share * machine.map_or(1.0, |c| c.spare_core(s)), ..ov };
     let dag_run = match &free {
         Shape::Graph(t, _, Variant::Dag, _) if options.simulate_dag => {
             let o = dag_overhead(params, start_behind(app, params, n, b, options), measured_ending(app, params, n, b, options));
@@ -640,6 +643,16 @@ mod tests {
     /// A prefetch budget of two blocks or more hides every read it can
     /// (share 1); smaller blocks are what it changes, larger ones keep
     /// their share; and a slave still holds one task.
+    #[test]
+    fn reads_hide_behind_compute_only_on_a_spare_core() {
+        use crate::options::SharedCpu;
+        let store = SharedCpu { cores: 2, store_share: 0.25 };
+        assert_eq!(store.spare_core(1), 0.75);
+        assert_eq!(store.spare_core(2), 0.0);
+        assert_eq!(SharedCpu { cores: 16, ..store }.spare_core(2), 1.0);
+        assert_eq!(SharedCpu { cores: 1, ..store }.spare_core(1), 0.0);
+    }
+
     #[test]
     fn a_prefetch_budget_of_two_blocks_hides_every_read() {
         let params = Params::thesis_fast();
