@@ -39,7 +39,8 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::path::Path;
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
 use std::thread::JoinHandle;
 
 use rocksdb::{BlockBasedOptions, Cache, ColumnFamilyDescriptor, IteratorMode, Options, WriteBatch, WriteOptions, DB};
@@ -61,7 +62,13 @@ pub(crate) struct Db {
     committer: Option<JoinHandle<()>>,
     /// Refills the spare block files (see `files.rs`).
     spares: Option<JoinHandle<()>>,
+    /// Undo records whose commits' versions are synced: deleted by the
+    /// committer with its next batch, or on its own after [`SETTLE_AFTER`].
+    settled: Arc<Mutex<Vec<u64>>>,
 }
+
+/// Longest an idle committer leaves settled undo records undeleted.
+pub(crate) const SETTLE_AFTER: Duration = Duration::from_millis(200);
 
 /// One top-level commit waiting for the group committer.
 struct CommitJob {
@@ -153,14 +160,15 @@ impl Db {
         let raw = Arc::new(DB::open_cf_descriptors(&db_opts, path, cfs).map_err(storage_error)?);
         let files = Arc::new(BlockFiles::open(path).map_err(|e| crate::files::io_error(e, || "opening the blocks directory".into()))?);
         let (tx, rx) = mpsc::channel();
-        let (for_committer, files_for_committer) = (raw.clone(), files.clone());
+        let settled = Arc::new(Mutex::new(Vec::new()));
+        let (for_committer, files_for_committer, settled_for_committer) = (raw.clone(), files.clone(), settled.clone());
         let committer = std::thread::Builder::new()
             .name("store-commit".into())
-            .spawn(move || run_committer(&for_committer, &files_for_committer, rx))
+            .spawn(move || run_committer(&for_committer, &files_for_committer, &settled_for_committer, rx))
             // Fails only when the process cannot make threads at all (as
             // `std::thread::spawn` would panic); the node could not run.
             .expect("cannot start the store's commit thread");
-        let mut db = Db { db: raw, files, commits: Some(tx), committer: Some(committer), spares: None };
+        let mut db = Db { db: raw, files, commits: Some(tx), committer: Some(committer), spares: None, settled };
         let recovered = db.recover()?;
         let spares = db.files.start_spares().map_err(|e| crate::files::io_error(e, || "starting the spare block files' thread".into()))?;
         db.spares = Some(spares);
@@ -349,13 +357,12 @@ impl Db {
             return Err(e);
         }
         self.files.retire(&committed.replaced);
-        // Not synced: a write survives the process, and a power cut that
-        // loses it leaves a record whose versions are synced, which the
-        // next open checks and deletes. Synced, it would cost the flush
-        // this saves.
-        if let Err(e) = self.db.delete(undo::key(seq)) {
-            tracing::warn!(seq, "cannot delete a settled undo record (the next open checks it): {e}");
-        }
+        // Deleted by the committer, off this commit's path: a write of its
+        // own here would queue, with two writers, behind the other's synced
+        // batch in RocksDB's write thread (one fdatasync, about 0.16 ms
+        // here). One writer saw no difference either way (b = 256
+        // overwrites, 946-955 MiB/s against 923-991).
+        self.settled.lock().unwrap_or_else(|e| e.into_inner()).push(seq);
         Ok(())
     }
 
@@ -439,10 +446,38 @@ fn block_version(db: &DB, key: &BlockKey) -> Result<Option<Uuid>, StoreError> {
 
 /// The group committer: each round takes every queued commit, writes them
 /// as one synced batch and answers each. Ends when [`Db`] is dropped.
-fn run_committer(db: &DB, files: &BlockFiles, jobs: mpsc::Receiver<CommitJob>) {
+///
+/// It also deletes the settled undo records (`Db::commit_beside`): in its
+/// next batch, or when it has had no commit for [`SETTLE_AFTER`], and as
+/// it ends. Those deletes are not synced: they survive the process, and a
+/// power cut that loses one leaves a record whose versions are synced,
+/// which the next open checks and deletes.
+fn run_committer(db: &DB, files: &BlockFiles, settled: &Mutex<Vec<u64>>, jobs: mpsc::Receiver<CommitJob>) {
+    let take_settled = || std::mem::take(&mut *settled.lock().unwrap_or_else(|e| e.into_inner()));
+    let delete_settled = |seqs: Vec<u64>| {
+        if seqs.is_empty() {
+            return;
+        }
+        let mut batch = WriteBatch::default();
+        seqs.iter().for_each(|&seq| batch.delete(undo::key(seq)));
+        if let Err(e) = db.write(batch) {
+            tracing::warn!("cannot delete settled undo records (the next open checks them): {e}");
+        }
+    };
     // Undo records are settled at every open, so numbers restart there.
     let mut next_undo = 0u64;
-    while let Ok(first) = jobs.recv() {
+    loop {
+        let first = match jobs.recv_timeout(SETTLE_AFTER) {
+            Ok(job) => job,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                delete_settled(take_settled());
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                delete_settled(take_settled());
+                return;
+            }
+        };
         let mut group = vec![first];
         // Whatever queued while the last group synced goes in this one.
         group.extend(jobs.try_iter());
@@ -468,6 +503,7 @@ fn run_committer(db: &DB, files: &BlockFiles, jobs: mpsc::Receiver<CommitJob>) {
         if waiting.is_empty() {
             continue;
         }
+        take_settled().iter().for_each(|&seq| batch.delete(undo::key(seq)));
         // The new versions' directory entries before the pointers to them.
         let result = files.sync_dir_if_needed().and_then(|()| write_synced(db, files, batch));
         for (done, committed) in waiting {

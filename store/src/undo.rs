@@ -9,8 +9,8 @@
 //! version whose data never reached the disk; the commit was not
 //! answered yet, so it may be lost, but only whole. So the batch carries,
 //! under `"U" seq`, every key it changes with the value it had before and
-//! the versions it names. The record is deleted by a later batch once the
-//! versions are synced; at open, [`resolve`] checks the versions of every
+//! the versions it names. The record is deleted once the versions are
+//! synced (by the committer, with its next batch or when idle); at open, [`resolve`] checks the versions of every
 //! record left, and puts the old values back for a record whose version is
 //! damaged and still current.
 //!
@@ -195,14 +195,14 @@ mod tests {
         db.commit_beside(writes, vec![queue::Mutation::Delete { bag: BAG.into(), seq }], sync_versions).await
     }
 
-    /// A store with block (0, 1) = 1.0, the flag "old" and queue elements 1
-    /// and 2, all committed the ordinary way (versions synced first).
+    /// A store with block (0, 1) = 1.0, the flag "old" and queue elements
+    /// 1 to 3, all committed the ordinary way (versions synced first).
     async fn committed_start(dir: &std::path::Path) -> Arc<Db> {
         let (db, _) = Db::open(dir, 8).unwrap();
         let version = staged_block(&db, 1.0);
         db.files().sync_staged(&[version]).unwrap();
         let writes = vec![(ObjKey::Block(block_key()), Tentative::Block(version)), (ObjKey::Small("flag".into()), Tentative::Small(b"old".to_vec()))];
-        let queue = (1..=2).map(|seq| queue::Mutation::Put { bag: BAG.into(), seq, payload: vec![seq as u8], attempts: 0 }).collect();
+        let queue = (1..=3).map(|seq| queue::Mutation::Put { bag: BAG.into(), seq, payload: vec![seq as u8], attempts: 0 }).collect();
         db.commit(writes, queue).await.unwrap();
         db
     }
@@ -260,7 +260,7 @@ mod tests {
         assert_eq!(recovered.n_commits_undone, 1);
         assert_eq!(block_fill(&db), 1.0, "the block is its old version again");
         assert_eq!(db.get_small("flag").unwrap().as_deref(), Some(&b"old"[..]), "and the small write went with it");
-        assert_eq!(queue_seqs(&recovered), [1, 2], "the dequeued element is back");
+        assert_eq!(queue_seqs(&recovered), [1, 2, 3], "the dequeued element is back");
         assert_eq!(undo_records(&db), 0);
     }
 
@@ -276,12 +276,12 @@ mod tests {
         assert_eq!(recovered.n_commits_undone, 0);
         assert_eq!(block_fill(&db), 2.0);
         assert_eq!(db.get_small("flag").unwrap().as_deref(), Some(&b"new"[..]));
-        assert_eq!(queue_seqs(&recovered), [2]);
+        assert_eq!(queue_seqs(&recovered), [2, 3]);
         assert_eq!(undo_records(&db), 0, "settled at open");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_failed_version_sync_undoes_the_commit_at_once_and_a_success_deletes_its_record() {
+    async fn a_failed_version_sync_undoes_the_commit_at_once_and_settled_records_are_deleted() {
         let dir = tempfile::tempdir().unwrap();
         let db = committed_start(dir.path()).await;
         let failed = async { Err(StoreError::Storage { what: "injected: fdatasync failed".into() }) };
@@ -293,11 +293,19 @@ mod tests {
 
         let files = db.files().clone();
         commit_beside(&db, 3.0, "newer", 2, async { files.sync_staged(&files.unsynced_versions()) }).await.unwrap();
-        assert_eq!(undo_records(&db), 0, "a commit whose syncs succeeded deletes its record");
+        db.commit(vec![(ObjKey::Small("other".into()), Tentative::Small(b"x".to_vec()))], Vec::new()).await.unwrap();
+        assert_eq!(undo_records(&db), 0, "the next batch deleted the settled record");
+        // With no commit after it, the idle committer deletes it.
+        commit_beside(&db, 4.0, "newest", 3, async { files.sync_staged(&files.unsynced_versions()) }).await.unwrap();
+        let deadline = std::time::Instant::now() + 50 * crate::db::SETTLE_AFTER;
+        while undo_records(&db) > 0 {
+            assert!(std::time::Instant::now() < deadline, "a settled record outlived an idle committer");
+            tokio::time::sleep(crate::db::SETTLE_AFTER / 4).await;
+        }
         drop(db);
         let (db, recovered) = Db::open(dir.path(), 8).unwrap();
-        assert_eq!(block_fill(&db), 3.0);
-        assert_eq!(queue_seqs(&recovered), [1], "element 1 came back with the undone commit, element 2 went with the kept one");
+        assert_eq!(block_fill(&db), 4.0);
+        assert_eq!(queue_seqs(&recovered), [1], "element 1 came back with the undone commit, elements 2 and 3 went with the kept ones");
     }
 
     #[test]
