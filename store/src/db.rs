@@ -307,13 +307,13 @@ impl Db {
 
     /// The version files, for a put that writes its version in pieces as
     /// they arrive ([`BlockFiles::stage`]).
+    pub(crate) fn files(&self) -> &Arc<BlockFiles> {
+        &self.files
+    }
+
     #[cfg(test)]
     pub(crate) fn raw(&self) -> &DB {
         &self.db
-    }
-
-    pub(crate) fn files(&self) -> &Arc<BlockFiles> {
-        &self.files
     }
 
     /// Drops staged versions of aborted or superseded writes (recycled).
