@@ -22,8 +22,8 @@
 //!   the slaves, on the store node's machine, read blocks from its files
 //!   themselves (`Options::slave_reads`), so reads are not the store's
 //!   serialised time, and hide behind compute only on a core the kernels
-//!   and the store leave spare (`SharedCpu::spare_core`); Cholesky's diagonal updates are dsyrk
-//!   (`Options::diagonal_syrk`); LU solves the blocks below the diagonal as
+//!   and the store leave spare (`SharedCpu::spare_core`); Cholesky's
+//!   diagonal updates are dsyrk (`Options::diagonal_syrk`); LU solves the blocks below the diagonal as
 //!   tasks of their own, not in the serial factor step
 //!   (`Options::lu_parallel_solves`); kernels take their measured times by
 //!   size (`Params::kernels`, LU's dtrsm variants included); the dag
