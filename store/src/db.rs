@@ -12,9 +12,11 @@
 //!                                 were still syncing (`undo.rs`)
 //! ```
 //! Block versions are files, not values (see `files.rs` for why): a block
-//! write stages a new version file, synced; the top-level commit switches
-//! the pointer in one synced batch (after syncing the files' directory),
-//! then removes the replaced version's file. [`Db::open`] removes every
+//! write stages a new version file; the top-level commit switches the
+//! pointer in one synced batch (after syncing the files' directory), its
+//! version synced before it or, for a put answered unsynced, beside it
+//! under an undo record ([`Db::commit_beside`]), then recycles or removes
+//! the replaced version's file. [`Db::open`] removes every
 //! file no pointer names: staged versions of actions a crash cut off, and
 //! replaced versions whose removal it interrupted. Never a torn block.
 //! (The `blocks` column family held versions in BlobDB before; it stays
@@ -518,59 +520,74 @@ fn run_committer(db: &DB, files: &BlockFiles, settled: &Mutex<Vec<u64>>, jobs: m
 /// record. Reads everything it needs first, so on error nothing of it was
 /// added.
 fn add_commit(db: &DB, batch: &mut WriteBatch, job: &CommitJob) -> Result<(Vec<Uuid>, Option<Undo>), StoreError> {
-    let mut changes: Vec<(Vec<u8>, Option<&[u8]>)> = Vec::with_capacity(job.writes.len());
     let mut replaced = Vec::new();
     let mut undo = job.undo.then(Undo::default);
+    let mut changes = Vec::with_capacity(job.writes.len() + job.queue.len());
     for (key, t) in &job.writes {
-        let change = match (key, t) {
-            (ObjKey::Small(k), Tentative::Small(v)) => (small_key(k), Some(&v[..])),
-            (ObjKey::Small(k), Tentative::Deleted) => (small_key(k), None),
+        changes.push(match (key, t) {
+            (ObjKey::Small(k), Tentative::Small(v)) => Change { key: small_key(k), value: Some(v.clone()), before: None },
+            (ObjKey::Small(k), Tentative::Deleted) => Change { key: small_key(k), value: None, before: None },
             (ObjKey::Block(b), Tentative::Block(version)) => {
                 let old = block_version(db, b)?;
                 replaced.extend(old);
                 if let Some(undo) = &mut undo {
-                    undo.before.push((b.pointer(), old.map(|v| v.as_bytes().to_vec())));
                     undo.versions.push((b.pointer(), *version));
                 }
-                (b.pointer(), Some(&version.as_bytes()[..]))
+                Change { key: b.pointer(), value: Some(version.as_bytes().to_vec()), before: Some(old.map(|v| v.as_bytes().to_vec())) }
             }
             (k, t) => unreachable!("tentative {t:?} recorded for {k:?}"),
-        };
-        if let (Some(undo), ObjKey::Small(_)) = (&mut undo, key) {
-            undo.before.push((change.0.clone(), db.get(&change.0).map_err(storage_error)?));
-        }
-        changes.push(change);
+        });
     }
+    changes.extend(queue_changes(&job.queue).map(|(key, value)| Change { key, value, before: None }));
     if let Some(undo) = &mut undo {
-        for m in &job.queue {
-            let k = match m {
-                queue::Mutation::Put { bag, seq, .. } | queue::Mutation::Delete { bag, seq } => queue_key(bag, *seq),
+        for c in &changes {
+            let before = match &c.before {
+                Some(before) => before.clone(),
+                None => db.get(&c.key).map_err(storage_error)?,
             };
-            let before = db.get(&k).map_err(storage_error)?;
-            undo.before.push((k, before));
+            undo.before.push((c.key.clone(), before));
         }
     }
-    for (k, v) in changes {
-        match v {
-            Some(v) => batch.put(k, v),
-            None => batch.delete(k),
-        }
+    for c in changes {
+        put_or_delete(batch, c.key, c.value);
     }
-    queue_batch(batch, &job.queue);
     Ok((replaced, undo))
 }
 
+/// A key a commit's batch changes.
+struct Change {
+    key: Vec<u8>,
+    /// Its new value; `None`: deleted.
+    value: Option<Vec<u8>>,
+    /// Its old value where it was read anyway (a block pointer's, to
+    /// recycle the version it replaces); the undo record reads the others.
+    before: Option<Option<Vec<u8>>>,
+}
+
 fn queue_batch(batch: &mut WriteBatch, queue: &[queue::Mutation]) {
-    for m in queue {
-        match m {
-            queue::Mutation::Put { bag, seq, payload, attempts } => {
-                let mut v = attempts.to_le_bytes().to_vec();
-                v.extend_from_slice(payload);
-                batch.put(queue_key(bag, *seq), v);
-            }
-            queue::Mutation::Delete { bag, seq } => batch.delete(queue_key(bag, *seq)),
-        }
+    for (k, v) in queue_changes(queue) {
+        put_or_delete(batch, k, v);
     }
+}
+
+fn put_or_delete(batch: &mut WriteBatch, key: Vec<u8>, value: Option<Vec<u8>>) {
+    match value {
+        Some(v) => batch.put(key, v),
+        None => batch.delete(key),
+    }
+}
+
+/// Each queue change as the key it writes and its new value (`None`: the
+/// key is deleted).
+fn queue_changes(queue: &[queue::Mutation]) -> impl Iterator<Item = (Vec<u8>, Option<Vec<u8>>)> + '_ {
+    queue.iter().map(|m| match m {
+        queue::Mutation::Put { bag, seq, payload, attempts } => {
+            let mut v = attempts.to_le_bytes().to_vec();
+            v.extend_from_slice(payload);
+            (queue_key(bag, *seq), Some(v))
+        }
+        queue::Mutation::Delete { bag, seq } => (queue_key(bag, *seq), None),
+    })
 }
 
 fn small_key(key: &str) -> Vec<u8> {

@@ -8,11 +8,13 @@
 //! `read`. RocksDB keeps what needs its atomic batches: the pointer
 //! `"B" matrix i j → version` that a commit switches.
 //!
-//! Durability: a version's data is synced before a commit batch points at
-//! it ([`BlockFiles::write`] before the put is answered; a streamed put's
-//! [`BlockFiles::sync_later`] by its commit, [`BlockFiles::sync_staged`]),
-//! and its directory entry is durable before that batch too, so a
-//! committed pointer never names a file that a crash could lose. Files no
+//! Durability: a version's data is synced before the commit naming it is
+//! answered ([`BlockFiles::write`] before the put is answered; a streamed
+//! put's [`BlockFiles::sync_later`] by its commit, [`BlockFiles::sync_staged`],
+//! beside the commit's batch, whose undo record (`undo.rs`) undoes it at
+//! the next open should the version not have reached the disk), and its
+//! directory entry is durable before that batch, so an acknowledged
+//! pointer never names a file that a crash could lose. Files no
 //! committed pointer names (staged by actions that never committed,
 //! replaced versions whose unlink a crash interrupted, spares) are removed
 //! at open ([`BlockFiles::sweep`]).
@@ -433,8 +435,8 @@ impl BlockFiles {
 
     /// Starts `staging`'s writeback and keeps its file unsynced while the
     /// put is answered; the commit that makes the version current syncs it
-    /// first ([`BlockFiles::sync_staged`], before its batch), so a committed
-    /// pointer still never names a version a crash could lose. The disk
+    /// ([`BlockFiles::sync_staged`], beside its batch, which carries an undo
+    /// record for the case a crash comes between the two). The disk
     /// writes the version while the put's answer and the client's next
     /// requests (its record, its commit) travel.
     pub(crate) fn sync_later(&self, staging: Staging) -> Result<Uuid, StoreError> {

@@ -307,12 +307,9 @@ impl Node {
     }
 
     /// Syncs the files of `versions` that their puts left unsynced
-    /// (`BlockFiles::sync_later`); nothing to do (no thread lent) for the
-    /// others.
+    /// (`BlockFiles::sync_later`); the others were synced already. Called
+    /// only when some are (`commit` lends no thread otherwise).
     async fn sync_staged(&self, versions: &[Uuid]) -> Result<(), StoreError> {
-        if !self.db.files().has_unsynced(versions) {
-            return Ok(());
-        }
         let files = self.db.files().clone();
         if crate::blocks::multi_threaded() {
             // A sync of a small block: this worker lends its other tasks

@@ -248,36 +248,37 @@ mod tests {
         recovered.queue.iter().map(|(_, seq, _, _)| *seq).collect()
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_crash_that_lost_a_committed_version_undoes_the_whole_commit() {
+    /// A fresh store, one commit cut off ([`cut_off_commit`]), the store
+    /// reopened: every undo record must be settled by the open.
+    async fn cut_off_and_reopened(damaged: bool) -> (tempfile::TempDir, Arc<Db>, crate::db::Recovered) {
         let dir = tempfile::tempdir().unwrap();
         let db = committed_start(dir.path()).await;
-        cut_off_commit(&db, 2.0, 1, true).await;
-        assert_eq!(undo_records(&db), 1);
+        cut_off_commit(&db, 2.0, 1, damaged).await;
+        assert_eq!(undo_records(&db), 1, "the cut-off commit's record is there");
         drop(db);
-
         let (db, recovered) = Db::open(dir.path(), 8).unwrap();
-        assert_eq!(recovered.n_commits_undone, 1);
-        assert_eq!(block_fill(&db), 1.0, "the block is its old version again");
-        assert_eq!(db.get_small("flag").unwrap().as_deref(), Some(&b"old"[..]), "and the small write went with it");
-        assert_eq!(queue_seqs(&recovered), [1, 2, 3], "the dequeued element is back");
-        assert_eq!(undo_records(&db), 0);
+        assert_eq!(undo_records(&db), 0, "settled at open");
+        (dir, db, recovered)
+    }
+
+    /// After an open: the commits it undid, block (0, 1)'s fill, the flag,
+    /// the queue's elements.
+    fn state(db: &Db, recovered: &crate::db::Recovered) -> (usize, f64, Option<Vec<u8>>, Vec<u64>) {
+        (recovered.n_commits_undone, block_fill(db), db.get_small("flag").unwrap(), queue_seqs(recovered))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_crash_that_lost_a_committed_version_undoes_the_whole_commit() {
+        let (_dir, db, recovered) = cut_off_and_reopened(true).await;
+        // The block is its old version again, the small write went with it,
+        // and the dequeued element is back.
+        assert_eq!(state(&db, &recovered), (1, 1.0, Some(b"old".to_vec()), vec![1, 2, 3]));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_crash_after_the_versions_reached_the_disk_keeps_the_commit() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = committed_start(dir.path()).await;
-        cut_off_commit(&db, 2.0, 1, false).await;
-        assert_eq!(undo_records(&db), 1);
-        drop(db);
-
-        let (db, recovered) = Db::open(dir.path(), 8).unwrap();
-        assert_eq!(recovered.n_commits_undone, 0);
-        assert_eq!(block_fill(&db), 2.0);
-        assert_eq!(db.get_small("flag").unwrap().as_deref(), Some(&b"new"[..]));
-        assert_eq!(queue_seqs(&recovered), [2, 3]);
-        assert_eq!(undo_records(&db), 0, "settled at open");
+        let (_dir, db, recovered) = cut_off_and_reopened(false).await;
+        assert_eq!(state(&db, &recovered), (0, 2.0, Some(b"new".to_vec()), vec![2, 3]));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
