@@ -306,6 +306,7 @@ async fn write_pieces(
     sync_last: bool,
     from: &mut (impl AsyncRead + Unpin),
 ) -> (Option<Staging>, std::io::Result<Result<(), Piece>>) {
+    let stamp = staging.stamp();
     let mut staging = Some(staging);
     let mut writing: Option<Writing> = None;
     let mut spare: Option<Vec<u8>> = None;
@@ -315,7 +316,7 @@ async fn write_pieces(
         let mut buf = spare.take().unwrap_or_else(|| Vec::with_capacity(HEADER_LEN + PIECE.min(payload as usize)));
         buf.clear();
         if offset == 0 {
-            buf.extend_from_slice(&header.encode());
+            buf.extend_from_slice(&header.encode_stamped(stamp));
         }
         let start = buf.len();
         let want = (payload - received).min(PIECE as u64);

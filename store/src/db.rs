@@ -77,8 +77,10 @@ struct CommitJob {
     writes: Vec<(ObjKey, Tentative)>,
     queue: Vec<queue::Mutation>,
     /// Whether the batch must carry an undo record: the versions it
-    /// names are being synced beside it ([`Db::commit_beside`]).
-    undo: bool,
+    /// names are being synced beside it ([`Db::commit_beside`]). If so,
+    /// their write stamps, read before their syncs can start (a synced
+    /// version's stamp is gone).
+    undo: Option<Vec<(Uuid, u64)>>,
     done: oneshot::Sender<Result<Committed, StoreError>>,
 }
 
@@ -398,6 +400,13 @@ impl Db {
         let stopped = || StoreError::ShuttingDown;
         let (done, answer) = oneshot::channel();
         let commits = self.commits.as_ref().ok_or_else(stopped)?;
+        let undo = undo.then(|| {
+            let versions = writes.iter().filter_map(|(_, t)| match t {
+                Tentative::Block(v) => Some(*v),
+                _ => None,
+            });
+            versions.map(|v| (v, self.files.unsynced_stamp(v).unwrap_or(0))).collect()
+        });
         commits.send(CommitJob { writes, queue, undo, done }).map_err(|_| stopped())?;
         Ok(async {
             answer.await.map_err(|_| StoreError::Storage { what: "the commit thread ended before this commit was written".into() })?
@@ -521,7 +530,7 @@ fn run_committer(db: &DB, files: &BlockFiles, settled: &Mutex<Vec<u64>>, jobs: m
 /// added.
 fn add_commit(db: &DB, batch: &mut WriteBatch, job: &CommitJob) -> Result<(Vec<Uuid>, Option<Undo>), StoreError> {
     let mut replaced = Vec::new();
-    let mut undo = job.undo.then(Undo::default);
+    let mut undo = job.undo.as_ref().map(|_| Undo::default());
     let mut changes = Vec::with_capacity(job.writes.len() + job.queue.len());
     for (key, t) in &job.writes {
         changes.push(match (key, t) {
@@ -531,7 +540,9 @@ fn add_commit(db: &DB, batch: &mut WriteBatch, job: &CommitJob) -> Result<(Vec<U
                 let old = block_version(db, b)?;
                 replaced.extend(old);
                 if let Some(undo) = &mut undo {
-                    undo.versions.push((b.pointer(), *version));
+                    let mut stamps = job.undo.iter().flatten();
+                    let stamp = stamps.find(|(v, _)| v == version).map_or(0, |(_, stamp)| *stamp);
+                    undo.versions.push((b.pointer(), *version, stamp));
                 }
                 Change { key: b.pointer(), value: Some(version.as_bytes().to_vec()), before: Some(old.map(|v| v.as_bytes().to_vec())) }
             }

@@ -231,11 +231,20 @@ pub(crate) struct Staging {
     len: u64,
     /// The file's length when it was taken (a recycled version's).
     was: u64,
+    /// The mark the writer puts in the value's header
+    /// (`block::BlockHeader::encode_stamped`): random, so that the file
+    /// of a recycled version, which still holds an older block, does not
+    /// pass for this write's.
+    stamp: u64,
 }
 
 impl Staging {
     pub(crate) fn version(&self) -> Uuid {
         self.version
+    }
+
+    pub(crate) fn stamp(&self) -> u64 {
+        self.stamp
     }
 
     /// Writes `bytes` at `offset` and starts their writeback at once, so
@@ -293,6 +302,12 @@ impl Staging {
         }
         Ok(())
     }
+}
+
+/// A write stamp: random and never 0 (a header without one).
+fn new_stamp() -> u64 {
+    let (a, b) = Uuid::new_v4().as_u64_pair();
+    (a ^ b).max(1)
 }
 
 impl BlockFiles {
@@ -365,7 +380,7 @@ impl BlockFiles {
         if let Some((version, was)) = recycled {
             let path = self.path(version);
             return match OpenOptions::new().write(true).open(&path) {
-                Ok(file) => Ok(Staging { version, file, len, was }),
+                Ok(file) => Ok(Staging { version, file, len, was, stamp: new_stamp() }),
                 Err(e) => {
                     let _ = self.open.unlink(version, &path);
                     Err(io_error(e, || format!("opening recycled block version {version}")))
@@ -397,7 +412,7 @@ impl BlockFiles {
         };
         let file = opened.map_err(|e| io_error(e, || format!("creating block version {version}")))?;
         // A warm spare longer than the value is cut to it when it finishes.
-        Ok(Staging { version, file, len, was: warm.map_or(0, |(_, was)| was) })
+        Ok(Staging { version, file, len, was: warm.map_or(0, |(_, was)| was), stamp: new_stamp() })
     }
 
     /// Bytes free for this process on the blocks' filesystem.
@@ -447,6 +462,12 @@ impl BlockFiles {
         staging.start_writeback(0, 0);
         self.syncing.lock().unwrap_or_else(|e| e.into_inner()).insert(version, staging);
         Ok(version)
+    }
+
+    /// The header stamp of a version that waits for its sync
+    /// ([`BlockFiles::sync_later`]); `None` for any other.
+    pub(crate) fn unsynced_stamp(&self, version: Uuid) -> Option<u64> {
+        self.syncing.lock().unwrap_or_else(|e| e.into_inner()).get(&version).map(Staging::stamp)
     }
 
     /// Whether any of these versions waits for its sync
@@ -705,6 +726,17 @@ impl BlockFiles {
     }
 
     /// Test hook: flips one payload byte of a version in place.
+    /// Test hook: writes `value` over a version's file and syncs it, as a
+    /// power cut that lost a put to a recycled file leaves it (the older
+    /// block it held).
+    #[cfg(test)]
+    pub(crate) fn put_back(&self, version: Uuid, value: &[u8]) {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(self.path(version)).unwrap();
+        f.write_all_at(value, 0).unwrap();
+        f.sync_data().unwrap();
+    }
+
     pub(crate) fn corrupt(&self, version: Uuid, at: usize) -> Result<(), StoreError> {
         use std::os::unix::fs::FileExt;
         let what = || format!("corrupting block version {version}");

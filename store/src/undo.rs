@@ -12,7 +12,9 @@
 //! the versions it names. The record is deleted once the versions are
 //! synced (by the committer, with its next batch or when idle); at open, [`resolve`] checks the versions of every
 //! record left, and puts the old values back for a record whose version is
-//! damaged and still current.
+//! damaged or not this commit's write (its header's write stamp, kept in
+//! the record, differs: a recycled file whose new data never reached the
+//! disk still holds an older, whole block) and still current.
 //!
 //! Why a damaged version that is no longer current is no reason to roll
 //! back: a later commit replaced it, and that commit took the block's lock
@@ -39,8 +41,10 @@ pub(crate) struct Undo {
     /// Every key the commit's batch puts or deletes, with its value before
     /// (`None`: it did not exist).
     pub(crate) before: Vec<(Vec<u8>, Option<Vec<u8>>)>,
-    /// The versions the commit names, each with its block's pointer key.
-    pub(crate) versions: Vec<(Vec<u8>, Uuid)>,
+    /// The versions the commit names, each with its block's pointer key
+    /// and the stamp its put wrote in its header (0: synced at its put,
+    /// so nothing to check).
+    pub(crate) versions: Vec<(Vec<u8>, Uuid, u64)>,
 }
 
 impl Undo {
@@ -62,15 +66,21 @@ impl Undo {
             }
         }
         out.extend_from_slice(&(self.versions.len() as u32).to_le_bytes());
-        for (k, v) in &self.versions {
+        for (k, v, stamp) in &self.versions {
             bytes(&mut out, k);
             out.extend_from_slice(v.as_bytes());
+            out.extend_from_slice(&stamp.to_le_bytes());
         }
         out
     }
 
-    /// `None` for anything [`Undo::encode`] did not write.
-    pub(crate) fn decode(mut b: &[u8]) -> Option<Undo> {
+    /// `None` for anything [`Undo::encode`] did not write. A record
+    /// written before versions carried stamps decodes with stamps 0.
+    pub(crate) fn decode(b: &[u8]) -> Option<Undo> {
+        Undo::decode_with(b, true).or_else(|| Undo::decode_with(b, false))
+    }
+
+    fn decode_with(mut b: &[u8], stamps: bool) -> Option<Undo> {
         fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
             let (head, rest) = (b.get(..n)?, b.get(n..)?);
             *b = rest;
@@ -95,7 +105,9 @@ impl Undo {
         }
         for _ in 0..count(&mut b)? {
             let k = bytes(&mut b)?;
-            undo.versions.push((k, Uuid::from_slice(take(&mut b, 16)?).ok()?));
+            let version = Uuid::from_slice(take(&mut b, 16)?).ok()?;
+            let stamp = if stamps { u64::from_le_bytes(take(&mut b, 8)?.try_into().ok()?) } else { 0 };
+            undo.versions.push((k, version, stamp));
         }
         b.is_empty().then_some(undo)
     }
@@ -148,12 +160,16 @@ pub(crate) fn resolve(db: &DB, files: &BlockFiles, batch: &mut WriteBatch) -> Re
 }
 
 fn lost_a_current_version(db: &DB, files: &BlockFiles, undo: &Undo) -> Result<bool, StoreError> {
-    for (pointer, version) in &undo.versions {
+    for (pointer, version, stamp) in &undo.versions {
         let current = db.get(pointer).map_err(storage_error)?;
         if current.as_deref() != Some(version.as_bytes()) {
             continue;
         }
-        let intact = files.read(*version)?.is_some_and(|value| block::decode(&value, &|| String::new()).is_ok());
+        // Whole, and the commit's own write: a recycled version's file
+        // whose new data never reached the disk still holds an older
+        // block, whole but with that write's stamp.
+        let ours = |value: &[u8]| *stamp == 0 || block::stamp(value) == Some(*stamp);
+        let intact = files.read(*version)?.is_some_and(|value| block::decode(&value, &|| String::new()).is_ok() && ours(&value));
         if !intact {
             return Ok(true);
         }
@@ -175,14 +191,18 @@ mod tests {
         BlockKey { matrix: Uuid::from_u128(7), i: 0, j: 1 }
     }
 
+    /// The stored form of a 4×4 block of `fill`, with `stamp`.
+    fn stored_block(fill: f64, stamp: u64) -> Vec<u8> {
+        let payload: Vec<u8> = [fill; 16].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let header = BlockHeader { rows: 4, cols: 4, crc32c: block::checksum(&payload) };
+        [&header.encode_stamped(stamp)[..], &payload].concat()
+    }
+
     /// A version of a 4×4 block of `fill`, written and left unsynced as a
     /// data-plane put leaves it.
     fn staged_block(db: &Db, fill: f64) -> Uuid {
-        let payload: Vec<u8> = [fill; 16].iter().flat_map(|x| x.to_le_bytes()).collect();
-        let header = BlockHeader { rows: 4, cols: 4, crc32c: block::checksum(&payload) };
-        let value = [&header.encode()[..], &payload].concat();
-        let staging = db.files().stage(value.len() as u64).unwrap();
-        staging.write_unsynced_at(&value, 0).unwrap();
+        let staging = db.files().stage(stored_block(fill, 0).len() as u64).unwrap();
+        staging.write_unsynced_at(&stored_block(fill, staging.stamp()), 0).unwrap();
         db.files().sync_later(staging).unwrap()
     }
 
@@ -218,22 +238,34 @@ mod tests {
         db.raw().prefix_iterator(PREFIX).filter(|item| item.as_ref().is_ok_and(|(k, _)| k.starts_with(PREFIX))).count()
     }
 
+    /// What became of a cut-off commit's versions.
+    #[derive(Clone, Copy)]
+    enum Versions {
+        /// They reached the disk.
+        Synced,
+        /// Part of each did (a byte is wrong).
+        Torn,
+        /// None of the put did: each file holds the older block it held
+        /// as a recycled version (a whole block, with another stamp).
+        Lost,
+    }
+
     /// Runs a commit whose node "dies" while its versions sync: the sync
-    /// waits for the durable batch, then syncs the versions (`damaged`:
-    /// damages them instead, as a power cut would lose them) and never
-    /// returns, so the commit is never answered.
-    async fn cut_off_commit(db: &Arc<Db>, fill: f64, seq: u64, damaged: bool) {
+    /// waits for the durable batch, then leaves the versions as `versions`
+    /// says (a power cut may lose them) and never returns, so the commit
+    /// is never answered.
+    async fn cut_off_commit(db: &Arc<Db>, fill: f64, seq: u64, versions: Versions) {
         let (files, raw) = (db.files().clone(), db.clone());
         let (done, died) = tokio::sync::oneshot::channel();
         let dying = async move {
             while undo_records(&raw) == 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(1)).await;
             }
-            let versions = files.unsynced_versions();
-            if damaged {
-                versions.iter().for_each(|&v| files.corrupt(v, block::HEADER_LEN + 3).unwrap());
-            } else {
-                files.sync_staged(&versions).unwrap();
+            let unsynced = files.unsynced_versions();
+            match versions {
+                Versions::Synced => files.sync_staged(&unsynced).unwrap(),
+                Versions::Torn => unsynced.iter().for_each(|&v| files.corrupt(v, block::HEADER_LEN + 3).unwrap()),
+                Versions::Lost => unsynced.iter().for_each(|&v| files.put_back(v, &stored_block(-1.0, 0x01d))),
             }
             let _ = done.send(());
             std::future::pending().await
@@ -250,10 +282,10 @@ mod tests {
 
     /// A fresh store, one commit cut off ([`cut_off_commit`]), the store
     /// reopened: every undo record must be settled by the open.
-    async fn cut_off_and_reopened(damaged: bool) -> (tempfile::TempDir, Arc<Db>, crate::db::Recovered) {
+    async fn cut_off_and_reopened(versions: Versions) -> (tempfile::TempDir, Arc<Db>, crate::db::Recovered) {
         let dir = tempfile::tempdir().unwrap();
         let db = committed_start(dir.path()).await;
-        cut_off_commit(&db, 2.0, 1, damaged).await;
+        cut_off_commit(&db, 2.0, 1, versions).await;
         assert_eq!(undo_records(&db), 1, "the cut-off commit's record is there");
         drop(db);
         let (db, recovered) = Db::open(dir.path(), 8).unwrap();
@@ -269,15 +301,23 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_crash_that_lost_a_committed_version_undoes_the_whole_commit() {
-        let (_dir, db, recovered) = cut_off_and_reopened(true).await;
+        let (_dir, db, recovered) = cut_off_and_reopened(Versions::Torn).await;
         // The block is its old version again, the small write went with it,
         // and the dequeued element is back.
         assert_eq!(state(&db, &recovered), (1, 1.0, Some(b"old".to_vec()), vec![1, 2, 3]));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_crash_that_lost_a_whole_put_to_a_recycled_file_undoes_the_commit() {
+        // The file holds an older block that passes its checksum (-1.0):
+        // only its stamp tells it from the commit's.
+        let (_dir, db, recovered) = cut_off_and_reopened(Versions::Lost).await;
+        assert_eq!(state(&db, &recovered), (1, 1.0, Some(b"old".to_vec()), vec![1, 2, 3]));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_crash_after_the_versions_reached_the_disk_keeps_the_commit() {
-        let (_dir, db, recovered) = cut_off_and_reopened(false).await;
+        let (_dir, db, recovered) = cut_off_and_reopened(Versions::Synced).await;
         assert_eq!(state(&db, &recovered), (0, 2.0, Some(b"new".to_vec()), vec![2, 3]));
     }
 
@@ -313,11 +353,15 @@ mod tests {
     fn a_record_decodes_to_what_was_encoded_and_nothing_else_does() {
         let undo = Undo {
             before: vec![(b"Bk".to_vec(), Some(vec![7; 16])), (b"Oflag".to_vec(), None), (b"Q".to_vec(), Some(Vec::new()))],
-            versions: vec![(b"Bk".to_vec(), Uuid::from_u128(42))],
+            versions: vec![(b"Bk".to_vec(), Uuid::from_u128(42), 0x5eed)],
         };
         let bytes = undo.encode();
         assert_eq!(Undo::decode(&bytes), Some(undo));
         assert_eq!(Undo::decode(&bytes[..bytes.len() - 1]), None);
         assert_eq!(Undo::decode(&[bytes.clone(), vec![0]].concat()), None);
+        // A record from before the stamps: the version without its 8 bytes.
+        let legacy = &bytes[..bytes.len() - 8];
+        let read = Undo::decode(legacy).expect("a stampless record decodes");
+        assert_eq!(read.versions, [(b"Bk".to_vec(), Uuid::from_u128(42), 0)]);
     }
 }
