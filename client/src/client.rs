@@ -263,7 +263,10 @@ impl Client {
     /// races with a commit replacing this block may see its old version's
     /// file change and fail its checksum. A mismatch is read again (a few
     /// times, since each retry sees the newer pointer); a damaged block
-    /// fails every time and is reported.
+    /// fails every time and is reported. (A file replaced and rewritten
+    /// whole before the node read its header holds another block that
+    /// passes its checksum: the node sees the pointer moved and reads
+    /// again itself.)
     pub async fn read_block_committed(&self, matrix: Uuid, i: u32, j: u32) -> Result<BlockData> {
         const READS: usize = 3;
         let mut attempt = 1;

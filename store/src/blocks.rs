@@ -111,7 +111,8 @@ impl Node {
         key: BlockKey,
         mode: LockMode,
     ) -> Result<(BlockHeader, Bytes), StoreError> {
-        let value = self.with_version(action, key, mode, Work::Blocking, |db, v| db.read_version(v)).await?;
+        let recheck = Recheck::after_reading(action);
+        let value = self.with_version(action, key, mode, Work::Blocking, recheck, |db, v| db.read_version(v)).await?;
         let header = block::decode(&value, &|| format!("{key:?}"))?.0;
         Ok((header, Bytes::from(value)))
     }
@@ -122,10 +123,19 @@ impl Node {
     /// is checked by [`Node::block_header`], the payload's checksum by the
     /// reader. The file holds this version while the action holds its
     /// lock (a replaced version's file is overwritten only after that).
-    pub(crate) async fn open_block(&self, action: Option<ActionId>, key: BlockKey, mode: LockMode) -> Result<Arc<std::fs::File>, StoreError> {
+    /// Also answers the version opened: without a lock, the caller checks
+    /// with [`Node::is_current`] that it was not replaced before the
+    /// header was read.
+    pub(crate) async fn open_block(&self, action: Option<ActionId>, key: BlockKey, mode: LockMode) -> Result<(Uuid, Arc<std::fs::File>), StoreError> {
         // A pointer lookup and an open (mostly of a kept file):
         // microseconds, less than the blocking pool's two thread hand-offs.
-        self.with_version(action, key, mode, Work::Inline, move |db, v| db.open_version(v, &|| format!("{key:?}"))).await
+        let open = move |db: &Db, v| Ok(db.open_version(v, &|| format!("{key:?}"))?.map(|file| (v, file)));
+        self.with_version(action, key, mode, Work::Inline, Recheck::No, open).await
+    }
+
+    /// Whether `version` is still `key`'s committed one.
+    pub(crate) fn is_current(&self, key: BlockKey, version: Uuid) -> Result<bool, StoreError> {
+        Ok(self.db.block_version(&key)? == Some(version))
     }
 
     /// Starts reading an opened block's file into the page cache.
@@ -149,6 +159,7 @@ impl Node {
         key: BlockKey,
         mode: LockMode,
         work: Work,
+        recheck: Recheck,
         f: impl Fn(&Db, Uuid) -> Result<Option<T>, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let m = self.matrix(Some(key.matrix), "")?;
@@ -160,10 +171,10 @@ impl Node {
             version = self.lookup(a, &k)?.and_then(|t| t.staged_version());
         }
         match work {
-            Work::Inline => find_version(&self.db, key, version, f),
+            Work::Inline => find_version(&self.db, key, version, recheck, f),
             Work::Blocking => {
                 let db = self.db.clone();
-                tokio::task::spawn_blocking(move || find_version(&db, key, version, f))
+                tokio::task::spawn_blocking(move || find_version(&db, key, version, recheck, f))
                     .await
                     .map_err(|e| StoreError::Storage { what: e.to_string() })?
             }
@@ -411,12 +422,40 @@ enum Work {
     Blocking,
 }
 
+/// Whether [`find_version`] checks, after `f` read a committed version,
+/// that the pointer still names it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Recheck {
+    /// Under a lock (the version cannot change), or the caller checks
+    /// later (after it read what counts, [`Node::is_current`]).
+    No,
+    /// A read without a lock: a commit may replace the block while `f`
+    /// reads, and a put of another block of the same shape may then
+    /// overwrite the replaced version's file in place (recycling), so `f`
+    /// read a whole block, with a good checksum, that is not this one.
+    AfterReading,
+}
+
+impl Recheck {
+    pub(crate) fn after_reading(action: Option<ActionId>) -> Recheck {
+        if action.is_none() {
+            Recheck::AfterReading
+        } else {
+            Recheck::No
+        }
+    }
+}
+
+/// Tries of a read without a lock whose block keeps being replaced.
+pub(crate) const UNLOCKED_READS: usize = 4;
+
 /// Applies `f` to the version `key` has for the reader: `staged` (its
 /// action's own write) if there is one, else the committed pointer's.
 fn find_version<T>(
     db: &Db,
     key: BlockKey,
     staged: Option<Uuid>,
+    recheck: Recheck,
     f: impl Fn(&Db, Uuid) -> Result<Option<T>, StoreError>,
 ) -> Result<T, StoreError> {
     if let Some(v) = staged {
@@ -424,17 +463,74 @@ fn find_version<T>(
     }
     // A read without the action's lock (or before the action wrote the
     // block) follows the pointer. Without a lock, a commit may replace the
-    // version and remove its file in between: follow the new pointer then.
+    // version and remove or reuse its file in between: follow the new
+    // pointer then.
     let mut last = None;
-    for _ in 0..4 {
+    for _ in 0..UNLOCKED_READS {
         let v = db.block_version(&key)?.ok_or_else(|| StoreError::NotFound { what: format!("{key:?} (never written)") })?;
         if let Some(found) = f(db, v)? {
-            return Ok(found);
+            if recheck == Recheck::No || db.block_version(&key)? == Some(v) {
+                return Ok(found);
+            }
+            continue;
         }
         if last == Some(v) {
             break;
         }
         last = Some(v);
     }
-    Err(StoreError::Corrupt { what: format!("{key:?}: its current version's file is missing") })
+    Err(StoreError::Corrupt { what: format!("{key:?}: its current version's file is missing, or kept being replaced while read") })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::Tentative;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// The stored form of a 4×4 block of `fill`.
+    fn stored(fill: f64) -> Vec<u8> {
+        let payload: Vec<u8> = [fill; 16].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let header = BlockHeader { rows: 4, cols: 4, crc32c: block::checksum(&payload) };
+        [&header.encode()[..], &payload].concat()
+    }
+
+    fn fill_of(value: &[u8]) -> f64 {
+        let (_, payload) = block::decode(value, &|| "the block".into()).expect("whole");
+        f64::from_le_bytes(payload[..8].try_into().unwrap())
+    }
+
+    /// `(race, recheck)`: what a read of the block without a lock returns
+    /// when, after it found the pointer and before its read, a commit
+    /// replaces the block (2.0) and a put of another block of the same
+    /// shape (-1.0) overwrites the replaced version's file in place, as
+    /// recycling does.
+    fn unlocked_read_overtaken(recheck: Recheck) -> f64 {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (db, _) = Db::open(dir.path(), 8).unwrap();
+        let key = BlockKey { matrix: Uuid::from_u128(1), i: 0, j: 0 };
+        let commit = |db: &Db, fill: f64| {
+            let version = db.files().write(&stored(fill)).unwrap();
+            rt.block_on(db.commit(vec![(ObjKey::Block(key), Tentative::Block(version))], Vec::new())).unwrap();
+            version
+        };
+        let first = commit(&db, 1.0);
+        let raced = AtomicBool::new(false);
+        let read = |db: &Db, v: Uuid| {
+            if v == first && !raced.swap(true, Ordering::SeqCst) {
+                commit(db, 2.0);
+                db.files().put_back(first, &stored(-1.0));
+            }
+            db.read_version(v)
+        };
+        fill_of(&find_version(&db, key, None, recheck, read).unwrap())
+    }
+
+    #[test]
+    fn a_read_without_a_lock_that_a_replacement_overtook_reads_the_new_version() {
+        assert_eq!(unlocked_read_overtaken(Recheck::AfterReading), 2.0);
+        // Without the check it returned the other block, checksum and all.
+        assert_eq!(unlocked_read_overtaken(Recheck::No), -1.0);
+    }
 }

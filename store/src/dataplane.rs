@@ -180,7 +180,12 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
 
 /// Opens the blocks in order under `action`'s locks; the first that fails
 /// fails them all (the locks taken before it stay with the action, as
-/// after the same gets one by one).
+/// after the same gets one by one). Without an action (the committed
+/// state, no locks), a batch whose blocks were replaced before their
+/// headers were read is opened again: a replaced version's file may
+/// already hold another block (`Recheck::AfterReading`). One replaced
+/// after its header was read fails its checksum at the reader, which
+/// reads again.
 async fn open_blocks(
     node: &Arc<Node>,
     action: Option<ActionId>,
@@ -188,17 +193,29 @@ async fn open_blocks(
     blocks: &[(u32, u32)],
     mode: LockMode,
 ) -> Result<Vec<(BlockHeader, Arc<std::fs::File>)>, StoreError> {
-    let mut files = Vec::with_capacity(blocks.len());
-    for &(i, j) in blocks {
-        let file = node.open_block(action, BlockKey { matrix, i, j }, mode).await?;
-        if blocks.len() > 1 {
-            node.prefetch_block(&file);
+    for _ in 0..crate::blocks::UNLOCKED_READS {
+        let mut files = Vec::with_capacity(blocks.len());
+        for &(i, j) in blocks {
+            let (version, file) = node.open_block(action, BlockKey { matrix, i, j }, mode).await?;
+            if blocks.len() > 1 {
+                node.prefetch_block(&file);
+            }
+            files.push((BlockKey { matrix, i, j }, version, file));
         }
-        files.push(file);
+        // Headers after all the opens: a header read waits for its file's
+        // first page, and by then every file of the batch is being read.
+        let headers = files.iter().map(|(key, _, f)| node.block_header(f, *key)).collect::<Result<Vec<_>, _>>()?;
+        let mut current = true;
+        if action.is_none() {
+            for (key, version, _) in &files {
+                current &= node.is_current(*key, *version)?;
+            }
+        }
+        if current {
+            return Ok(headers.into_iter().zip(files).map(|(h, (_, _, f))| (h, f)).collect());
+        }
     }
-    // Headers after all the opens: a header read waits for its file's
-    // first page, and by then every file of the batch is being read.
-    blocks.iter().zip(files).map(|(&(i, j), f)| Ok((node.block_header(&f, BlockKey { matrix, i, j })?, f))).collect()
+    Err(StoreError::Corrupt { what: format!("blocks of {matrix}: kept being replaced while read without a lock") })
 }
 
 /// Answers a local get: the blocks' headers, their files' descriptors

@@ -42,8 +42,12 @@
 //! a replaced version under a lock: the replacing commit held the block's
 //! exclusive lock, and a version is recycled only once that commit is
 //! durable, so no committed pointer names it, now or after a crash. A
-//! lock-free read of the committed state may race with the overwrite and
-//! fail its checksum; `Client::read_block_committed` reads again.
+//! lock-free read of the committed state may race with the overwrite: the
+//! node reads again if the pointer no longer names the version once it
+//! read it (or its header, for a client that reads the payload itself:
+//! `blocks::Recheck`), since the file may then hold another whole block;
+//! an overwrite after that fails the reader's checksum, and
+//! `Client::read_block_committed` reads again.
 //!
 //! Warm spares: a put of a block nobody wrote before (a multiply's C, a
 //! Cholesky's L) has no replaced version to overwrite, and its spare is
