@@ -67,6 +67,12 @@ pub(crate) struct Db {
     /// Undo records whose commits' versions are synced: deleted by the
     /// committer with its next batch, or on its own after [`SETTLE_AFTER`].
     settled: Arc<Mutex<Vec<u64>>>,
+    /// Why this node writes nothing more until it restarts
+    /// ([`Db::commit_beside`]: an undo it could not write).
+    stopped: Mutex<Option<String>>,
+    /// Test hook: the next rollback of [`Db::commit_beside`] fails.
+    #[cfg(test)]
+    fail_rollback: std::sync::atomic::AtomicBool,
 }
 
 /// Longest an idle committer leaves settled undo records undeleted.
@@ -172,7 +178,17 @@ impl Db {
             // Fails only when the process cannot make threads at all (as
             // `std::thread::spawn` would panic); the node could not run.
             .expect("cannot start the store's commit thread");
-        let mut db = Db { db: raw, files, commits: Some(tx), committer: Some(committer), spares: None, settled };
+        let mut db = Db {
+            db: raw,
+            files,
+            commits: Some(tx),
+            committer: Some(committer),
+            spares: None,
+            settled,
+            stopped: Mutex::new(None),
+            #[cfg(test)]
+            fail_rollback: Default::default(),
+        };
         let recovered = db.recover()?;
         let spares = db.files.start_spares().map_err(|e| crate::files::io_error(e, || "starting the spare block files' thread".into()))?;
         db.spares = Some(spares);
@@ -249,6 +265,7 @@ impl Db {
     }
 
     pub(crate) fn put_matrix(&self, id: Uuid, name: &str, record: &[u8]) -> Result<(), StoreError> {
+        self.still_writing()?;
         let mut batch = WriteBatch::default();
         batch.put(matrix_key(id), record);
         batch.put(name_key(name), id.as_bytes());
@@ -270,6 +287,7 @@ impl Db {
     /// Deletes a matrix's record, name and every committed block version.
     pub(crate) fn delete_matrix(&self, id: Uuid, name: &str) -> Result<(), StoreError> {
         let mut batch = WriteBatch::default();
+        self.still_writing()?;
         let mut versions = Vec::new();
         let prefix = [&b"B"[..], id.as_bytes()].concat();
         for item in self.db.prefix_iterator(&prefix) {
@@ -353,10 +371,19 @@ impl Db {
         if let Err(e) = synced {
             let mut batch = WriteBatch::default();
             undo.roll_back(seq, &mut batch);
-            if let Err(undo_failed) = write_synced(&self.db, &self.files, batch) {
-                // The record stays: the next open checks the versions
-                // and undoes the commit if one did not reach the disk.
-                tracing::error!(seq, "cannot undo a commit whose block versions failed to sync: {undo_failed}");
+            if let Err(undo_failed) = self.write_rollback(batch) {
+                // The record stays: the next open checks the versions and
+                // undoes the commit if one did not reach the disk, or keeps
+                // it. Until then the disk may hold this commit while the
+                // node's memory, where the action now aborts and its
+                // elements go back to their bags, does not: another commit
+                // built on that memory (the element done twice, a counter
+                // counted twice) could not be undone. So nothing more is
+                // written until a restart settles it (fail-stop, as
+                // databases do after a failed fsync).
+                let why = format!("a commit's block versions failed to sync ({e}) and its undo could not be written ({undo_failed})");
+                tracing::error!(seq, "{why}: this node commits nothing more until it is restarted");
+                *self.stopped.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
             }
             return Err(e);
         }
@@ -389,6 +416,29 @@ impl Db {
         std::process::abort()
     }
 
+    fn write_rollback(&self, batch: WriteBatch) -> Result<(), StoreError> {
+        #[cfg(test)]
+        if self.fail_rollback.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::Storage { what: "injected: the rollback's write failed".into() });
+        }
+        write_synced(&self.db, &self.files, batch)
+    }
+
+    /// Test hook: the next rollback of [`Db::commit_beside`] fails.
+    #[cfg(test)]
+    pub(crate) fn fail_next_rollback(&self) {
+        self.fail_rollback.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// `Err` once a failed undo stopped this node's writes (see
+    /// [`Db::commit_beside`]).
+    fn still_writing(&self) -> Result<(), StoreError> {
+        match &*self.stopped.lock().unwrap_or_else(|p| p.into_inner()) {
+            None => Ok(()),
+            Some(why) => Err(StoreError::Storage { what: format!("this store node writes nothing more until it is restarted: {why}") }),
+        }
+    }
+
     /// Hands a commit to the committer; the future answers when its batch
     /// is durable.
     fn queue_commit(
@@ -397,6 +447,7 @@ impl Db {
         queue: Vec<queue::Mutation>,
         undo: bool,
     ) -> Result<impl Future<Output = Result<Committed, StoreError>>, StoreError> {
+        self.still_writing()?;
         let stopped = || StoreError::ShuttingDown;
         let (done, answer) = oneshot::channel();
         let commits = self.commits.as_ref().ok_or_else(stopped)?;
@@ -419,6 +470,7 @@ impl Db {
         if queue.is_empty() {
             return Ok(());
         }
+        self.still_writing()?;
         let mut batch = WriteBatch::default();
         queue_batch(&mut batch, queue);
         write_synced(&self.db, &self.files, batch)

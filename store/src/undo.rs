@@ -349,6 +349,32 @@ mod tests {
         assert_eq!(queue_seqs(&recovered), [1], "element 1 came back with the undone commit, elements 2 and 3 went with the kept ones");
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_undo_that_cannot_be_written_stops_every_write_until_a_restart_settles_the_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = committed_start(dir.path()).await;
+        db.fail_next_rollback();
+        let failed = async { Err(StoreError::Storage { what: "injected: fdatasync failed".into() }) };
+        let e = commit_beside(&db, 2.0, "new", 1, failed).await.unwrap_err();
+        assert!(e.to_string().contains("injected: fdatasync"), "the sync's error is answered: {e}");
+        // The batch is on the disk, the node's memory has the action
+        // aborted: any write built on that memory is refused.
+        let refused = |r: Result<(), StoreError>| matches!(r, Err(StoreError::Storage { what }) if what.contains("restarted"));
+        let other = vec![(ObjKey::Small("other".into()), Tentative::Small(b"x".to_vec()))];
+        assert!(refused(db.commit(other, Vec::new()).await));
+        assert!(refused(db.apply_queue(&[queue::Mutation::Delete { bag: BAG.into(), seq: 2 }])));
+        assert!(refused(db.put_matrix(Uuid::from_u128(9), "m", b"record")));
+        drop(db);
+        // The version reached the page cache, so the open finds it whole
+        // and keeps the commit; nothing written after it is there.
+        let (db, recovered) = Db::open(dir.path(), 8).unwrap();
+        assert_eq!(state(&db, &recovered), (0, 2.0, Some(b"new".to_vec()), vec![2, 3]));
+        assert_eq!(db.get_small("other").unwrap(), None);
+        assert_eq!(undo_records(&db), 0);
+        // And the reopened node writes again.
+        db.commit(vec![(ObjKey::Small("other".into()), Tentative::Small(b"y".to_vec()))], Vec::new()).await.unwrap();
+    }
+
     #[test]
     fn a_record_decodes_to_what_was_encoded_and_nothing_else_does() {
         let undo = Undo {
