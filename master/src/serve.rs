@@ -42,6 +42,12 @@ pub(crate) struct Args {
     /// the node, as a power cut between the two flushes would.
     #[arg(long, hide = true, requires = "test_hooks")]
     crash_after_batch: bool,
+    /// Test hook (with --test-hooks): the first commit whose block versions
+    /// are synced beside its batch has that sync fail and then its undo, as
+    /// a disk that filled up in between would; the node stops writing and
+    /// this process exits non-zero.
+    #[arg(long, hide = true, requires = "test_hooks")]
+    fail_sync_and_undo: bool,
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
@@ -55,15 +61,23 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     config.node.attempt_limit = args.attempt_limit;
     config.node.test_hooks = args.test_hooks;
     config.node.crash_after_batch = args.crash_after_batch;
+    config.node.fail_sync_and_undo = args.fail_sync_and_undo;
     let running = store::start(config).await.context("starting the store node")?;
     // A line on stdout that scripts and tests can wait for.
     println!("listening {}", running.addr());
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    let stopped_writing = running.writes_stopped();
+    let failed = tokio::select! {
+        _ = tokio::signal::ctrl_c() => None,
+        _ = term.recv() => None,
+        why = stopped_writing => Some(why),
+    };
     tracing::info!("shutting down");
     running.shutdown().await?;
-    Ok(())
+    match failed {
+        // Exits non-zero so that a supervisor restarts it: the open then
+        // settles the commit the node could neither finish nor undo.
+        Some(why) => anyhow::bail!("the store node stopped writing and must be restarted: {why}"),
+        None => Ok(()),
+    }
 }

@@ -218,6 +218,66 @@ fn a_node_killed_between_a_commits_batch_and_its_versions_sync_loses_the_whole_c
     });
 }
 
+/// A commit's version sync fails after its batch is durable, and so does
+/// the write of its undo (a disk that filled up in between): the node
+/// cannot tell its memory (the action aborted) from its disk (the commit
+/// there), so it must stop writing and exit; the restart settles the
+/// commit from the disk, whole, and the task is not handed out again.
+#[test]
+fn a_node_that_can_neither_finish_nor_undo_a_commit_exits_and_its_restart_settles_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let mut store = StoreProc::start(dir.path(), &["--test-hooks", "--fail-sync-and-undo"]);
+    let (matrix, refused) = rt.block_on(async {
+        let c = Client::connect(&store.addr, None).await.unwrap();
+        let m = c.create_matrix("unsettled", 4, 4, 4).await.unwrap();
+        enqueue_all(&c, "bag", &["t1", "t2"]).await;
+        let s = c.open_session("failing").await.unwrap();
+        let a = s.begin().await.unwrap();
+        let Dequeue::Task(t) = a.dequeue("bag", Duration::ZERO).await.unwrap() else { panic!("no task") };
+        assert_eq!(t.payload, b"t1");
+        a.put_block(m.id, 0, 0, stamped(2)).await.unwrap();
+        a.write_small("stamp", &[2]).await.unwrap();
+        let e = a.commit().await.unwrap_err();
+        assert!(e.to_string().contains("sync failed"), "the sync's error is answered: {e}");
+        // A write after it is refused (or finds the node gone).
+        let a = s.begin().await;
+        let refused = match a {
+            Ok(a) => a.write_small("after", &[1]).await.and(a.commit().await).is_err(),
+            Err(_) => true,
+        };
+        (m.id, refused)
+    });
+    assert!(refused, "a write after the failed undo went through");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = store.child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            store.kill9();
+            panic!("the node that stopped writing did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.code().is_some_and(|c| c != 0), "the node exits by itself, non-zero: {status:?}");
+
+    let store = StoreProc::start(dir.path(), &[]);
+    rt.block_on(async {
+        let c = Client::connect(&store.addr, None).await.unwrap();
+        // The version reached the page cache: the open keeps the commit.
+        assert_eq!(c.read_block_committed(matrix, 0, 0).await.unwrap(), stamped(2));
+        assert_eq!(c.peek_small("stamp").await.unwrap(), Some(vec![2]));
+        assert_eq!(c.peek_small("after").await.unwrap(), None);
+        let s = c.open_session("check").await.unwrap();
+        let a = s.begin().await.unwrap();
+        let Dequeue::Task(t) = a.dequeue("bag", Duration::ZERO).await.unwrap() else { panic!("t2 is lost") };
+        assert_eq!(t.payload, b"t2", "t1 was committed and is not handed out again");
+        a.commit().await.unwrap();
+    });
+    drop(store);
+}
+
 #[test]
 fn a_store_node_killed_at_random_moments_keeps_every_acknowledged_commit_and_tears_none() {
     let seed: u64 = std::env::var("FT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(20261122);

@@ -68,10 +68,10 @@ pub(crate) struct Db {
     /// committer with its next batch, or on its own after [`SETTLE_AFTER`].
     settled: Arc<Mutex<Vec<u64>>>,
     /// Why this node writes nothing more until it restarts
-    /// ([`Db::commit_beside`]: an undo it could not write).
-    stopped: Mutex<Option<String>>,
+    /// ([`Db::commit_beside`]: an undo it could not write); a watch, so
+    /// that `master serve` can exit and be restarted.
+    stopped: tokio::sync::watch::Sender<Option<String>>,
     /// Test hook: the next rollback of [`Db::commit_beside`] fails.
-    #[cfg(test)]
     fail_rollback: std::sync::atomic::AtomicBool,
 }
 
@@ -185,8 +185,7 @@ impl Db {
             committer: Some(committer),
             spares: None,
             settled,
-            stopped: Mutex::new(None),
-            #[cfg(test)]
+            stopped: tokio::sync::watch::Sender::new(None),
             fail_rollback: Default::default(),
         };
         let recovered = db.recover()?;
@@ -383,7 +382,7 @@ impl Db {
                 // databases do after a failed fsync).
                 let why = format!("a commit's block versions failed to sync ({e}) and its undo could not be written ({undo_failed})");
                 tracing::error!(seq, "{why}: this node commits nothing more until it is restarted");
-                *self.stopped.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+                self.stopped.send_replace(Some(why));
             }
             return Err(e);
         }
@@ -417,7 +416,6 @@ impl Db {
     }
 
     fn write_rollback(&self, batch: WriteBatch) -> Result<(), StoreError> {
-        #[cfg(test)]
         if self.fail_rollback.swap(false, std::sync::atomic::Ordering::SeqCst) {
             return Err(StoreError::Storage { what: "injected: the rollback's write failed".into() });
         }
@@ -425,15 +423,20 @@ impl Db {
     }
 
     /// Test hook: the next rollback of [`Db::commit_beside`] fails.
-    #[cfg(test)]
     pub(crate) fn fail_next_rollback(&self) {
         self.fail_rollback.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Changes to `Some(why)` when a failed undo stops this node's
+    /// writes ([`Db::commit_beside`]).
+    pub(crate) fn writes_stopped(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.stopped.subscribe()
     }
 
     /// `Err` once a failed undo stopped this node's writes (see
     /// [`Db::commit_beside`]).
     fn still_writing(&self) -> Result<(), StoreError> {
-        match &*self.stopped.lock().unwrap_or_else(|p| p.into_inner()) {
+        match &*self.stopped.borrow() {
             None => Ok(()),
             Some(why) => Err(StoreError::Storage { what: format!("this store node writes nothing more until it is restarted: {why}") }),
         }

@@ -88,6 +88,7 @@ pub struct Running {
     data_addr: SocketAddr,
     stop: watch::Sender<()>,
     task: tokio::task::JoinHandle<Result<(), ServeError>>,
+    writes_stopped: watch::Receiver<Option<String>>,
 }
 
 impl Running {
@@ -99,6 +100,22 @@ impl Running {
     /// The block data plane's address.
     pub fn data_addr(&self) -> SocketAddr {
         self.data_addr
+    }
+
+    /// Resolves, with the reason, if the node stops writing: a commit
+    /// whose versions failed to sync could not be undone either (see
+    /// `store/DURABILITY.md`). It then refuses every write until it is
+    /// restarted, and its open settles that commit from the disk; a
+    /// serving process should exit so that its supervisor restarts it.
+    pub fn writes_stopped(&self) -> impl std::future::Future<Output = String> + 'static {
+        let mut rx = self.writes_stopped.clone();
+        async move {
+            match rx.wait_for(Option::is_some).await {
+                Ok(why) => why.clone().unwrap_or_default(),
+                // The node is gone: it will not stop writing now.
+                Err(_) => std::future::pending().await,
+            }
+        }
     }
 
     /// Stops accepting, lets in-flight requests finish, closes the store.
@@ -130,6 +147,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     );
     let records = db.matrix_records().map_err(|source| ServeError::Read { path: config.data.clone(), source })?;
     let matrices = blocks::Matrices::load(records);
+    let writes_stopped = db.writes_stopped();
     let node = Arc::new(node::Node::new(db.clone(), recovered.boot, recovered.queue, matrices, config.node.clone()));
 
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -194,7 +212,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
         r.and(local).map_err(ServeError::from)
     });
     tracing::info!("store node listening on {addr} (block data plane on port {data_port})");
-    Ok(Running { addr, data_addr, stop, task })
+    Ok(Running { addr, data_addr, stop, task, writes_stopped })
 }
 
 /// Resolves at [`Running::shutdown`], or when the `Running` is dropped.

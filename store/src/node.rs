@@ -33,6 +33,11 @@ pub struct NodeConfig {
     /// SIGKILLs the node, as a power cut between the two flushes would
     /// leave it.
     pub crash_after_batch: bool,
+    /// Test hook (with `test_hooks`): the first commit whose versions
+    /// sync beside its batch has that sync fail, and then the write of its
+    /// undo, as a disk that filled up in between would: the node then
+    /// stops writing until it is restarted.
+    pub fail_sync_and_undo: bool,
 }
 
 impl Default for NodeConfig {
@@ -43,6 +48,7 @@ impl Default for NodeConfig {
             attempt_limit: 3,
             test_hooks: false,
             crash_after_batch: false,
+            fail_sync_and_undo: false,
         }
     }
 }
@@ -285,6 +291,10 @@ impl Node {
         let result = if self.db.files().has_unsynced(&staged) {
             if self.config.test_hooks && self.config.crash_after_batch {
                 self.db.crash_after_batch(writes, q, &staged).await
+            } else if self.config.test_hooks && self.config.fail_sync_and_undo {
+                self.db.fail_next_rollback();
+                let failed = async { Err(StoreError::Storage { what: "test hook: the block versions' sync failed".into() }) };
+                self.db.commit_beside(writes, q, failed).await
             } else {
                 self.db.commit_beside(writes, q, self.sync_staged(&staged)).await
             }

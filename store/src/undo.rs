@@ -354,9 +354,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = committed_start(dir.path()).await;
         db.fail_next_rollback();
+        let mut stopped = db.writes_stopped();
+        assert!(stopped.borrow().is_none());
         let failed = async { Err(StoreError::Storage { what: "injected: fdatasync failed".into() }) };
         let e = commit_beside(&db, 2.0, "new", 1, failed).await.unwrap_err();
         assert!(e.to_string().contains("injected: fdatasync"), "the sync's error is answered: {e}");
+        // Whoever watches (`master serve`) learns why, to exit and restart.
+        let why = stopped.wait_for(Option::is_some).await.unwrap().clone().unwrap();
+        assert!(why.contains("injected: the rollback"), "{why}");
         // The batch is on the disk, the node's memory has the action
         // aborted: any write built on that memory is refused.
         let refused = |r: Result<(), StoreError>| matches!(r, Err(StoreError::Storage { what }) if what.contains("restarted"));
