@@ -285,8 +285,8 @@ impl Db {
 
     /// Deletes a matrix's record, name and every committed block version.
     pub(crate) fn delete_matrix(&self, id: Uuid, name: &str) -> Result<(), StoreError> {
-        let mut batch = WriteBatch::default();
         self.still_writing()?;
+        let mut batch = WriteBatch::default();
         let mut versions = Vec::new();
         let prefix = [&b"B"[..], id.as_bytes()].concat();
         for item in self.db.prefix_iterator(&prefix) {
@@ -381,7 +381,7 @@ impl Db {
                 // written until a restart settles it (fail-stop, as
                 // databases do after a failed fsync).
                 let why = format!("a commit's block versions failed to sync ({e}) and its undo could not be written ({undo_failed})");
-                tracing::error!(seq, "{why}: this node commits nothing more until it is restarted");
+                tracing::error!(seq, "{why}: this node writes nothing more until it is restarted");
                 self.stopped.send_replace(Some(why));
             }
             return Err(e);
@@ -455,10 +455,7 @@ impl Db {
         let (done, answer) = oneshot::channel();
         let commits = self.commits.as_ref().ok_or_else(stopped)?;
         let undo = undo.then(|| {
-            let versions = writes.iter().filter_map(|(_, t)| match t {
-                Tentative::Block(v) => Some(*v),
-                _ => None,
-            });
+            let versions = writes.iter().filter_map(|(_, t)| t.staged_version());
             versions.map(|v| (v, self.files.unsynced_stamp(v).unwrap_or(0))).collect()
         });
         commits.send(CommitJob { writes, queue, undo, done }).map_err(|_| stopped())?;
