@@ -204,7 +204,9 @@ async fn open_blocks(
         }
         // Headers after all the opens: a header read waits for its file's
         // first page, and by then every file of the batch is being read.
-        let headers = files.iter().map(|(key, _, f)| node.block_header(f, *key)).collect::<Result<Vec<_>, _>>()?;
+        let headers: Vec<_> = files.iter().map(|(key, _, f)| node.block_header(f, *key)).collect();
+        // A moved pointer also explains a header that failed its checks
+        // (a file being rewritten): read again before reporting it.
         let mut current = true;
         if action.is_none() {
             for (key, version, _) in &files {
@@ -212,6 +214,7 @@ async fn open_blocks(
             }
         }
         if current {
+            let headers = headers.into_iter().collect::<Result<Vec<_>, _>>()?;
             return Ok(headers.into_iter().zip(files).map(|(h, (_, _, f))| (h, f)).collect());
         }
     }
