@@ -62,6 +62,13 @@ pub trait TaskCtx {
     /// Writes a small object under a write lock.
     fn write_small(&mut self, key: &str, value: &[u8]) -> Result<(), CtxError>;
 
+    /// [`TaskCtx::write_small`] of several objects, in the order given: a
+    /// store takes them in one request (a dag task's counters written
+    /// back). The default writes them one by one.
+    fn write_smalls(&mut self, items: &[(String, Vec<u8>)]) -> Result<(), CtxError> {
+        items.iter().try_for_each(|(key, value)| self.write_small(key, value))
+    }
+
     /// Waits until the small object `key` exists, then read-locks it and
     /// returns `true`; returns `false` if it does not appear within `timeout`.
     fn await_flag(&mut self, key: &str, timeout: Duration) -> Result<bool, CtxError>;

@@ -563,15 +563,22 @@ pub(crate) fn release_dependencies(ctx: &mut dyn TaskCtx, releases: &[Release]) 
     }
     let keys: Vec<String> = releases.iter().map(|r| r.key.clone()).collect();
     let counters = ctx.read_smalls_for_update(&keys)?;
+    let mut written = Vec::with_capacity(releases.len());
+    let mut ready = Vec::new();
     for (r, raw) in releases.iter().zip(counters) {
         let bad = |reason: String| TaskError::BadSmall { key: r.key.clone(), reason };
         let raw = raw.ok_or_else(|| bad("missing".into()))?;
         let n = <[u8; 4]>::try_from(raw.as_slice()).map(u32::from_le_bytes).map_err(|_| bad(format!("{} bytes, want 4", raw.len())))?;
         let left = n.checked_sub(1).ok_or_else(|| bad("already zero".into()))?;
-        ctx.write_small(&r.key, &left.to_le_bytes())?;
+        written.push((r.key.clone(), left.to_le_bytes().to_vec()));
         if left == 0 {
-            ctx.enqueue(&r.bag, &r.task)?;
+            ready.push(r);
         }
+    }
+    // All written back in one request, as they were read.
+    ctx.write_smalls(&written)?;
+    for r in ready {
+        ctx.enqueue(&r.bag, &r.task)?;
     }
     Ok(())
 }

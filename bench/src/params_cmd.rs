@@ -470,7 +470,7 @@ const RELEASE_COUNTERS: usize = 10;
 /// Release requests as a dag Cholesky task makes them after its kernels,
 /// from its blocking thread: [`RELEASE_COUNTERS`] successors' counters
 /// read under their write locks in one request (waited for) and written
-/// back behind (not waited for). Returns the time of each of `n`.
+/// back behind in another (not waited for). Returns the time of each of `n`.
 async fn dag_releases(session: &store_client::Session, n: usize) -> anyhow::Result<Vec<f64>> {
     let keys = |r: usize| -> Vec<String> { (0..RELEASE_COUNTERS).map(|k| format!("bench-params/counter/{r}/{k}")).collect() };
     let a = session.begin().await?;
@@ -489,10 +489,11 @@ async fn dag_releases(session: &store_client::Session, n: usize) -> anyhow::Resu
             let keys = keys(r);
             let t = Instant::now();
             let values = rt.block_on(a.read_smalls(&keys, true))?;
-            for (key, v) in keys.iter().zip(values) {
+            for (key, v) in keys.iter().zip(&values) {
                 anyhow::ensure!(v.as_deref() == Some(&2u32.to_le_bytes()[..]), "counter {key} read back as {v:?}");
-                behind.push(rt.spawn(a.write_small(key, &1u32.to_le_bytes())));
             }
+            let written: Vec<(String, Vec<u8>)> = keys.iter().map(|k| (k.clone(), 1u32.to_le_bytes().to_vec())).collect();
+            behind.push(rt.spawn(a.write_smalls(&written)));
             times.push(t.elapsed().as_secs_f64());
         }
         for h in behind {

@@ -470,6 +470,20 @@ impl Action {
         async move { unary::<_, proto::Empty, _, _>(&plane, Method::WriteSmall, w, |q| async move { rpc.write_small(q).await }).await.map(drop) }
     }
 
+    /// Writes several small objects in one request, in the order given,
+    /// each under its write lock; stops at the first that fails (those
+    /// before it stay written in the action). The future owns its request,
+    /// like [`Action::write_small`]'s. (A dag task writes back every
+    /// successor's counter: 21 on average at n = 8192, b = 256.)
+    pub fn write_smalls(&self, items: &[(String, Vec<u8>)]) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
+        let items = items.iter().map(|(key, value)| proto::KeyValue { key: key.clone(), value: value.clone().into() }).collect();
+        let w = proto::SmallWrites { action: self.id, items };
+        let (mut rpc, plane) = (self.rpc.clone(), self.plane.clone());
+        async move {
+            unary::<_, proto::Empty, _, _>(&plane, Method::WriteSmallMany, w, |q| async move { rpc.write_small_many(q).await }).await.map(drop)
+        }
+    }
+
     pub async fn delete_small(&self, key: &str) -> Result<()> {
         let w = proto::SmallWrite { action: self.id, key: key.to_owned(), value: Bytes::new(), delete: true };
         let mut rpc = self.rpc.clone();

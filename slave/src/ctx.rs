@@ -130,6 +130,8 @@ impl LargestBlock {
 enum Target {
     Block(BlockId),
     Small(String),
+    /// Several small objects written in one request.
+    Smalls(Vec<String>),
     /// An enqueue: nothing reads it back before the commit.
     Queue,
 }
@@ -163,7 +165,11 @@ impl Writes {
 
     /// Waits for the write of small object `key`, if one runs.
     fn settle_small(&mut self, rt: &Handle, key: &str) -> Result<(), CtxError> {
-        self.settle(rt, |t| matches!(t, Target::Small(k) if k == key))
+        self.settle(rt, |t| match t {
+            Target::Small(k) => k == key,
+            Target::Smalls(ks) => ks.iter().any(|k| k == key),
+            _ => false,
+        })
     }
 
     /// Waits for the writes whose target is `hit`: read-your-own-writes,
@@ -352,6 +358,16 @@ impl TaskCtx for StoreCtx<'_> {
         self.writes.settle_small(&self.rt, key)?;
         let h = self.rt.spawn(self.action.write_small(key, value));
         self.writes.running.push((Target::Small(key.to_owned()), h));
+        Ok(())
+    }
+
+    /// Written behind in one request ([`TaskCtx::write_smalls`]).
+    fn write_smalls(&mut self, items: &[(String, Vec<u8>)]) -> Result<(), CtxError> {
+        for (key, _) in items {
+            self.writes.settle_small(&self.rt, key)?;
+        }
+        let h = self.rt.spawn(self.action.write_smalls(items));
+        self.writes.running.push((Target::Smalls(items.iter().map(|(k, _)| k.clone()).collect()), h));
         Ok(())
     }
 

@@ -271,6 +271,9 @@ async fn call(node: &Arc<Node>, method: u32, body: &[u8]) -> Result<Vec<u8>, Sto
         Some(wire::Method::ReadSmallMany) => {
             crate::rpc::read_small_many(node, proto::SmallRefs::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec())
         }
+        Some(wire::Method::WriteSmallMany) => {
+            crate::rpc::write_small_many(node, proto::SmallWrites::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec())
+        }
         Some(wire::Method::Enqueue) => crate::rpc::enqueue(node, proto::EnqueueRequest::decode(body).map_err(bad)?).map(|r| r.encode_to_vec()),
         Some(wire::Method::Commit) => crate::rpc::commit(node, proto::ActionRef::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec()),
         None => return Err(StoreError::InvalidArgument { what: format!("unknown data plane method {method}") }),

@@ -135,6 +135,17 @@ pub(crate) async fn read_small_many(node: &Node, r: proto::SmallRefs) -> Result<
     Ok(proto::SmallValues { values })
 }
 
+pub(crate) async fn write_small_many(node: &Node, r: proto::SmallWrites) -> Result<proto::Empty, Status> {
+    let a = required_action(r.action)?;
+    if r.items.len() > MAX_SMALL_MANY {
+        return Err(status(StoreError::InvalidArgument { what: format!("a write of {} small objects (at most {MAX_SMALL_MANY})", r.items.len()) }));
+    }
+    for item in r.items {
+        node.write_small(a, &item.key, Some(item.value.to_vec())).await.map_err(status)?;
+    }
+    Ok(proto::Empty {})
+}
+
 pub(crate) fn enqueue(node: &Node, r: proto::EnqueueRequest) -> Result<proto::Empty, Status> {
     let a = required_action(r.action)?;
     node.enqueue(a, bag_name(&r.bag)?, r.payload.to_vec()).map_err(status)?;
@@ -229,6 +240,10 @@ impl Store for Rpc {
 
     async fn write_small(&self, req: Request<proto::SmallWrite>) -> Reply<proto::Empty> {
         Ok(Response::new(write_small(&self.node, req.into_inner()).await?))
+    }
+
+    async fn write_small_many(&self, req: Request<proto::SmallWrites>) -> Reply<proto::Empty> {
+        Ok(Response::new(write_small_many(&self.node, req.into_inner()).await?))
     }
 
     async fn scan_small(&self, req: Request<proto::ScanRequest>) -> Reply<proto::ScanReply> {

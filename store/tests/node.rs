@@ -249,6 +249,36 @@ async fn a_read_of_many_small_objects_answers_in_order_and_holds_every_lock() {
 }
 
 #[tokio::test]
+async fn a_write_of_many_small_objects_is_one_request_that_commits_or_aborts_with_its_action() {
+    for path in PATHS {
+        let n = node_over(path).await;
+        let s = n.client.open_session("t").await.unwrap();
+        let items = |v: &[u8]| -> Vec<(String, Vec<u8>)> { ["w/1", "w/2", "w/3"].iter().map(|k| (k.to_string(), v.to_vec())).collect() };
+
+        let aborted = s.begin().await.unwrap();
+        aborted.write_smalls(&items(b"lost")).await.unwrap();
+        // Its own reads see them; the committed state does not.
+        assert_eq!(aborted.read_small("w/2", false).await.unwrap().as_deref(), Some(&b"lost"[..]), "{path:?}");
+        aborted.abort().await.unwrap();
+        assert_eq!(n.client.peek_small("w/2").await.unwrap(), None, "{path:?}");
+
+        let a = s.begin().await.unwrap();
+        a.write_smalls(&items(b"kept")).await.unwrap();
+        // Every key is write-locked by `a` until it commits.
+        let b = s.begin().await.unwrap();
+        let err = b.read_small("w/3", false).await.unwrap_err();
+        assert!(matches!(err, StoreError::LockTimeout { .. }), "{path:?}: {err}");
+        a.commit().await.unwrap();
+        let keys: Vec<String> = items(b"").into_iter().map(|(k, _)| k).collect();
+        assert_eq!(b.read_smalls(&keys, false).await.unwrap(), vec![Some(b"kept".to_vec()); 3], "{path:?}");
+
+        let too_many: Vec<(String, Vec<u8>)> = (0..5000).map(|k| (format!("k/{k}"), vec![1])).collect();
+        let err = b.write_smalls(&too_many).await.unwrap_err();
+        assert!(matches!(err, StoreError::InvalidArgument { .. }), "{path:?}: {err}");
+    }
+}
+
+#[tokio::test]
 async fn a_waiter_gets_the_lock_when_the_holder_commits() {
     let n = node_with(|c| c.node.lock_timeout = Duration::from_secs(5)).await;
     let s = n.client.open_session("t").await.unwrap();

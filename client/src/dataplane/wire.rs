@@ -100,11 +100,21 @@ pub enum Method {
     Commit = 6,
     /// `SmallRefs` → `SmallValues`.
     ReadSmallMany = 7,
+    /// `SmallWrites` → `Empty`.
+    WriteSmallMany = 8,
 }
 
 impl Method {
-    pub const ALL: [Method; 7] =
-        [Method::Dequeue, Method::WriteSmall, Method::Begin, Method::ReadSmall, Method::Enqueue, Method::Commit, Method::ReadSmallMany];
+    pub const ALL: [Method; 8] = [
+        Method::Dequeue,
+        Method::WriteSmall,
+        Method::Begin,
+        Method::ReadSmall,
+        Method::Enqueue,
+        Method::Commit,
+        Method::ReadSmallMany,
+        Method::WriteSmallMany,
+    ];
 
     pub fn from_u32(m: u32) -> Option<Method> {
         Method::ALL.into_iter().find(|&k| k as u32 == m)
