@@ -462,17 +462,18 @@ async fn empty_tasks(session: &store_client::Session, bag: &str, n: usize, pause
     }
 }
 
-/// Counters a measured release request names: about the mean successors
-/// of a dag Cholesky task at p = 16 (n = 4096, b = 256: 1,360 releases by
-/// 135 tasks).
-const RELEASE_COUNTERS: usize = 10;
+/// Counters the measured release requests name, few and many: a dag
+/// Cholesky task names one per successor, 10 on average at p = 16
+/// (n = 4096, b = 256: 1,360 releases by 135 tasks) and 21 at p = 32. The
+/// two sizes give the request's fixed part and its cost per counter.
+const RELEASE_COUNTERS: [usize; 2] = [4, 32];
 
 /// Release requests as a dag Cholesky task makes them after its kernels,
-/// from its blocking thread: [`RELEASE_COUNTERS`] successors' counters
+/// from its blocking thread: `counters` successors' counters
 /// read under their write locks in one request (waited for) and written
 /// back behind in another (not waited for). Returns the time of each of `n`.
-async fn dag_releases(session: &store_client::Session, n: usize) -> anyhow::Result<Vec<f64>> {
-    let keys = |r: usize| -> Vec<String> { (0..RELEASE_COUNTERS).map(|k| format!("bench-params/counter/{r}/{k}")).collect() };
+async fn dag_releases(session: &store_client::Session, n: usize, counters: usize) -> anyhow::Result<Vec<f64>> {
+    let keys = move |r: usize| -> Vec<String> { (0..counters).map(|k| format!("bench-params/counter/{counters}/{r}/{k}")).collect() };
     let a = session.begin().await?;
     for r in 0..n {
         for key in keys(r) {
@@ -484,7 +485,7 @@ async fn dag_releases(session: &store_client::Session, n: usize) -> anyhow::Resu
     let rt = tokio::runtime::Handle::current();
     let (a, times) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let mut times = Vec::with_capacity(n);
-        let mut behind = Vec::with_capacity(n * RELEASE_COUNTERS);
+        let mut behind = Vec::with_capacity(n);
         for r in 0..n {
             let keys = keys(r);
             let t = Instant::now();
@@ -512,8 +513,11 @@ pub(crate) struct TaskCosts {
     pub(crate) overhead: f64,
     /// What they take more after a kernel's worth of idling (`task_wake`).
     pub(crate) wake: f64,
-    /// One dag Cholesky task's release request (`dag_release`).
+    /// One dag Cholesky task's release request, its fixed part
+    /// (`dag_release`) ...
     pub(crate) release: f64,
+    /// ... and what it takes more per counter (`dag_release_per_counter`).
+    pub(crate) release_per_counter: f64,
 }
 
 /// The per-task costs through `session`'s node, as `bench params`
@@ -526,8 +530,13 @@ async fn task_costs(session: &store_client::Session, quick: bool) -> anyhow::Res
     // after a kernel pay.
     let mut after_idle = empty_tasks(session, "bench-params/overhead-after-idle", n_tasks / 2, IDLE_BEFORE_TASK).await?;
     let wake = (median(&mut after_idle) - overhead).max(0.0);
-    let release = median(&mut dag_releases(session, n_tasks).await?);
-    Ok(TaskCosts { overhead, wake, release })
+    let [few, many] = RELEASE_COUNTERS;
+    let t_few = median(&mut dag_releases(session, n_tasks, few).await?);
+    let t_many = median(&mut dag_releases(session, n_tasks, many).await?);
+    // Noise must not make either part negative.
+    let release_per_counter = ((t_many - t_few) / (many - few) as f64).max(0.0);
+    let release = (t_few - few as f64 * release_per_counter).max(0.0);
+    Ok(TaskCosts { overhead, wake, release, release_per_counter })
 }
 
 /// The per-task costs measured again through a running node, as `bench
@@ -909,8 +918,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         IDLE_BEFORE_TASK
     );
     eprintln!(
-        "dag release request ({RELEASE_COUNTERS} counters read under their locks in one round trip, written behind) {:.3} ms",
-        st.per_task.release * 1e3
+        "dag release request (its counters read under their locks in one round trip, written back behind in another) {:.3} ms + {:.4} ms per counter",
+        st.per_task.release * 1e3,
+        st.per_task.release_per_counter * 1e3
     );
 
     let lat = if args.no_job_latency { None } else { Some(latencies(args.quick)?) };
@@ -950,6 +960,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         task_start_behind: Some(st.start_behind.iter().map(|p| [p.units, p.secs]).collect()),
         task_ending: Some(st.endings.iter().map(|p| [p.units, p.secs]).collect()),
         dag_release: Some(st.per_task.release),
+        dag_release_per_counter: Some(st.per_task.release_per_counter),
         job_latency: latency,
         slave_start: start,
         // Beside the fits: the kernels' rates keep rising with b over
@@ -989,6 +1000,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     fig("params_dag_release", st.per_task.release * 1e3, "ms");
+    fig("params_dag_release_per_counter", st.per_task.release_per_counter * 1e3, "ms");
     fig("params_ray_pixel_rate", ray, "pixel/s");
     if let Some(l) = latency {
         fig("params_job_latency", l * 1e3, "ms");

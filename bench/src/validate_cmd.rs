@@ -189,6 +189,7 @@ fn thesis_params(params: &Params) -> Params {
         task_start_behind: None,
         task_ending: None,
         dag_release: None,
+        dag_release_per_counter: None,
         job_latency: None,
         kernels: None,
         disk_put_overwrite: None,
@@ -388,19 +389,22 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 let costs = cluster.with_client(|c| async move { crate::params_cmd::task_costs_now(&c, args.quick).await })?;
                 let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{:.3}", v * 1e3));
                 eprintln!(
-                    "per task now: overhead {:.3} ms, wake {:.3} ms, dag release {:.3} ms (parameter file {}, {}, {})",
+                    "per task now: overhead {:.3} ms, wake {:.3} ms, dag release {:.3} ms + {:.4} per counter (parameter file {}, {}, {} + {})",
                     costs.overhead * 1e3,
                     costs.wake * 1e3,
                     costs.release * 1e3,
+                    costs.release_per_counter * 1e3,
                     ms(params.task_overhead),
                     ms(params.task_wake),
-                    ms(params.dag_release)
+                    ms(params.dag_release),
+                    ms(params.dag_release_per_counter)
                 );
                 Params {
                     kernels: Some(file.with_points_of(&kernels)),
                     task_overhead: Some(costs.overhead),
                     task_wake: Some(costs.wake),
                     dag_release: Some(costs.release),
+                    dag_release_per_counter: Some(costs.release_per_counter),
                     ..params.clone()
                 }
             };

@@ -326,8 +326,10 @@ pub struct DagOverhead {
     pub ending: f64,
     /// Slave seconds of the task's release request, if it has successors
     /// (their counters read under write locks in one round trip and
-    /// written back behind).
+    /// written back behind): its fixed part ...
     pub release: f64,
+    /// ... and what it takes more per successor.
+    pub release_per_counter: f64,
     /// The task's whole ending as measured (`Params::task_ending` at its
     /// block's bytes, with write-behind): replaces its puts and `ending`.
     pub measured_ending: Option<f64>,
@@ -358,11 +360,12 @@ pub fn dag_tasks(t: &Primitives, p: u64, ov: crate::schedule::Overlap, o: DagOve
         .flat_map(|j| (j..p).map(move |i| (i, j)))
         .map(|(i, j)| {
             let c = if i == j { diag_task(t, j + 1) } else { off_task(t, j + 1) };
+            let successors: Vec<usize> = dag_successors(p, i, j).into_iter().map(index).collect();
             crate::simulate::SimTask {
                 foreground: c.foreground(ov) + o.slave,
-                release: o.release,
+                release: o.release + o.release_per_counter * successors.len() as f64,
                 ending: o.measured_ending.unwrap_or(c.put - c.put_in_foreground(ov) + o.ending),
-                successors: dag_successors(p, i, j).into_iter().map(index).collect(),
+                successors,
             }
         })
         .collect()
@@ -497,7 +500,7 @@ mod tests {
     fn write_behind_hides_only_the_endings_nobody_waits_for() {
         let t = prims();
         let ov = Overlap { slave: true, slave_share: 0.0, write_behind: true, ..Overlap::NONE };
-        let o = DagOverhead { slave: 0.0, ending: 0.01, release: 0.0, measured_ending: None };
+        let o = DagOverhead { slave: 0.0, ending: 0.01, release: 0.0, release_per_counter: 0.0, measured_ending: None };
         // p = 2 is a chain: every ending is waited for.
         for p in 3..8u64 {
             let tasks = dag_tasks(&t, p, ov, o);

@@ -218,6 +218,16 @@ pub struct Params {
     /// `task_overhead`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dag_release: Option<f64>,
+    /// Extension: seconds more a release request takes per successor's
+    /// counter it names (each locked, read, and written back), measured by
+    /// `bench params` from requests of two sizes; with it, `dag_release`
+    /// is the request's fixed part. A dag task names one counter per
+    /// successor, `p − 1 − j` in column `j`: 10 on average at n = 4096,
+    /// b = 256, 21 at n = 8192, where the release read took 0.49–0.69 ms
+    /// against 0.24 (one slave, per task). Absent: 0, every request
+    /// costs `dag_release`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dag_release_per_counter: Option<f64>,
     /// Extension: seconds from a job's submission until its first task
     /// starts and after its last commit until the job is recorded finished
     /// (idle slaves look for new jobs every 10 ms; the last slave writes the finished
@@ -296,6 +306,7 @@ impl Params {
             task_start_behind: None,
             task_ending: None,
             dag_release: None,
+            dag_release_per_counter: None,
             job_latency: None,
             slave_start: None,
             kernels: None,
@@ -424,6 +435,7 @@ impl Params {
             ("task_overhead", self.task_overhead),
             ("task_wake", self.task_wake),
             ("dag_release", self.dag_release),
+            ("dag_release_per_counter", self.dag_release_per_counter),
             ("job_latency", self.job_latency),
             ("slave_start", self.slave_start),
         ] {

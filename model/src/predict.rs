@@ -257,8 +257,12 @@ fn with_overhead(shape: Shape, params: &Params, p: u64, start_behind: f64, endin
             Shape::Steps(steps.iter().enumerate().map(barrier).collect())
         }
         Shape::Graph(t, all, v, _) => {
-            let releases = if v == Variant::Dag { cholesky::dag_release_requests(p) as f64 } else { 0.0 };
-            let per_task = releases / all.n_tasks().max(1) as f64 * release_cost(params, o);
+            let (requests, counters) = match v {
+                Variant::Dag => (cholesky::dag_release_requests(p) as f64, cholesky::dag_releases(p) as f64),
+                _ => (0.0, 0.0),
+            };
+            let releases = requests * release_cost(params, o) + counters * release_per_counter(params);
+            let per_task = releases / all.n_tasks().max(1) as f64;
             let ending_beyond = ending.map_or(0.0, |e| (e - (t.tdput + t.tcom) - TASK_OVERHEAD_STORE_SHARE * o).max(0.0));
             Shape::Graph(t, add(&all, per_task), v, o + per_task + wake + ending_beyond)
         }
@@ -275,6 +279,7 @@ fn dag_overhead(params: &Params, start_behind: f64, measured_ending: Option<f64>
         slave: (1.0 - TASK_OVERHEAD_STORE_SHARE) * o + slave_latency(params, start_behind),
         ending: TASK_OVERHEAD_STORE_SHARE * o,
         release: release_cost(params, o),
+        release_per_counter: release_per_counter(params),
         measured_ending,
     }
 }
@@ -293,10 +298,16 @@ fn slave_latency(params: &Params, start_behind: f64) -> f64 {
     params.task_wake.unwrap_or(0.0).max(0.0) + start_behind
 }
 
-/// Seconds of one task's release request: measured, or a share of the
-/// per-task overhead `o`.
+/// Seconds of one task's release request (its fixed part, with
+/// [`release_per_counter`]): measured, or a share of the per-task
+/// overhead `o`.
 fn release_cost(params: &Params, o: f64) -> f64 {
     params.dag_release.unwrap_or(DAG_RELEASE_SHARE * o)
+}
+
+/// Seconds a release request takes more per counter it names.
+fn release_per_counter(params: &Params) -> f64 {
+    params.dag_release_per_counter.unwrap_or(0.0).max(0.0)
 }
 
 impl Shape {
@@ -558,6 +569,27 @@ mod tests {
             // faster than without the overhead.
             let o2 = Options::with_slaves(2);
             assert!(predict(app, 1200, 300, &with, &o2).unwrap().predicted >= predict(app, 1200, 300, &base, &o2).unwrap().predicted);
+        }
+    }
+
+    /// A dag task's release request costs more per counter it names: the
+    /// job pays `dag_releases(p)` of them in `T₁`, one slave all of them
+    /// in its run, and no other application any.
+    #[test]
+    fn a_release_pays_per_counter_it_names() {
+        let base = Params { task_overhead: Some(0.002), dag_release: Some(0.0005), ..Params::thesis_fast() };
+        let per = Params { dag_release_per_counter: Some(1e-4), ..base.clone() };
+        let (n, b) = (2400u64, 300u64);
+        let p = n / b;
+        let dag = App::Cholesky(Variant::Dag);
+        for o in [Options::default(), Options { simulate_dag: true, ..Options::default() }] {
+            let (a, c) = (predict(dag, n, b, &base, &o).unwrap(), predict(dag, n, b, &per, &o).unwrap());
+            let want = 1e-4 * cholesky::dag_releases(p) as f64;
+            assert!((c.t1 - a.t1 - want).abs() < 1e-9, "T1 grows by {} not {want}", c.t1 - a.t1);
+            assert!((c.predicted - a.predicted - want).abs() < 1e-6 * c.predicted, "one slave: {} vs {}", c.predicted - a.predicted, want);
+        }
+        for app in [App::Matmul, App::Lu { pivot: false }, App::Cholesky(Variant::SingleBag)] {
+            assert_eq!(predict(app, n, b, &per, &Options::default()).unwrap().predicted, predict(app, n, b, &base, &Options::default()).unwrap().predicted, "{app}");
         }
     }
 
