@@ -56,7 +56,8 @@
 //! the job, against 0.08 ms for a quiet get and 0.16 ms for one behind a
 //! put (`bench params`); its tasks spent 1.06 s in kernels and 0.23 s
 //! waiting for reads. A dag task's dependency releases are one request
-//! (`ReadSmallMany`, `Params::dag_release`). A task's start is slower while
+//! (`ReadSmallMany`, `Params::dag_release`, more per counter it names:
+//! `Params::dag_release_per_counter`). A task's start is slower while
 //! the previous task's ending runs behind it (`Params::task_start_behind`:
 //! 0.19 ms more at 512 KiB, 1.3 ms at 8 MiB): the grid's mean error went
 //! from 5.9 % to 5.3 % and its largest from 20.9 % to 16.6 %.
