@@ -62,14 +62,17 @@
 //! 0.19 ms more at 512 KiB, 1.3 ms at 8 MiB): the grid's mean error went
 //! from 5.9 % to 5.3 % and its largest from 20.9 % to 16.6 %.
 //!
-//! Known gaps: the dag Cholesky at b = 256 runs 7–22 % longer than
-//! predicted at n = 4096, and at n = 8192 (`--n 8192`) every LU and
-//! Cholesky point is under-predicted, by 3–17 %: a task's reads wait
-//! although prefetched (0.6–1.1 ms a task of 8 or more blocks, about half
-//! of it the first read) and its first round trips after a long kernel
-//! have a 1.5 ms tail, and the parameters measure neither. Single points
-//! move by up to 18 % between the runs of one grid on this host: the
-//! table's `spread` column says how much, point by point.
+//! Known gaps: the dag Cholesky at b = 256 with two slaves runs up to
+//! 13 % longer than predicted at n = 4096 in some runs (0.39 s in one,
+//! 0.46 s in another, 0.40 predicted both times), and at n = 8192
+//! (`--n 8192`) most LU and Cholesky points are under-predicted, by 2–17 %
+//! (10 of 12 within 10 % in the last run). What the parameters do not see:
+//! a task's reads wait although prefetched (0.6–1.1 ms a task of 8 or more
+//! blocks, about half of it the first read), and round trips made while
+//! both cores run kernels have a tail of a scheduler slice (`bench queue`,
+//! one client, beside two busy loops: p99 4.2 ms against 0.34). Single
+//! points move by up to 18 % between the runs of one grid on this host:
+//! the table's `spread` column says how much, point by point.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
