@@ -129,9 +129,8 @@ impl LargestBlock {
 #[derive(PartialEq)]
 enum Target {
     Block(BlockId),
-    Small(String),
-    /// Several small objects written in one request.
-    Smalls(Vec<String>),
+    /// The small objects one request writes.
+    Small(Vec<String>),
     /// An enqueue: nothing reads it back before the commit.
     Queue,
 }
@@ -165,11 +164,7 @@ impl Writes {
 
     /// Waits for the write of small object `key`, if one runs.
     fn settle_small(&mut self, rt: &Handle, key: &str) -> Result<(), CtxError> {
-        self.settle(rt, |t| match t {
-            Target::Small(k) => k == key,
-            Target::Smalls(ks) => ks.iter().any(|k| k == key),
-            _ => false,
-        })
+        self.settle(rt, |t| matches!(t, Target::Small(keys) if keys.iter().any(|k| k == key)))
     }
 
     /// Waits for the writes whose target is `hit`: read-your-own-writes,
@@ -357,7 +352,7 @@ impl TaskCtx for StoreCtx<'_> {
     fn write_small(&mut self, key: &str, value: &[u8]) -> Result<(), CtxError> {
         self.writes.settle_small(&self.rt, key)?;
         let h = self.rt.spawn(self.action.write_small(key, value));
-        self.writes.running.push((Target::Small(key.to_owned()), h));
+        self.writes.running.push((Target::Small(vec![key.to_owned()]), h));
         Ok(())
     }
 
@@ -367,7 +362,7 @@ impl TaskCtx for StoreCtx<'_> {
             self.writes.settle_small(&self.rt, key)?;
         }
         let h = self.rt.spawn(self.action.write_smalls(items));
-        self.writes.running.push((Target::Smalls(items.iter().map(|(k, _)| k.clone()).collect()), h));
+        self.writes.running.push((Target::Small(items.iter().map(|(k, _)| k.clone()).collect()), h));
         Ok(())
     }
 

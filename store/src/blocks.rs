@@ -135,7 +135,7 @@ impl Node {
 
     /// Whether `version` is still `key`'s committed one.
     pub(crate) fn is_current(&self, key: BlockKey, version: Uuid) -> Result<bool, StoreError> {
-        Ok(self.db.block_version(&key)? == Some(version))
+        self.db.is_current(&key, version)
     }
 
     /// Starts reading an opened block's file into the page cache.
@@ -469,7 +469,7 @@ fn find_version<T>(
     for _ in 0..UNLOCKED_READS {
         let v = db.block_version(&key)?.ok_or_else(|| StoreError::NotFound { what: format!("{key:?} (never written)") })?;
         if let Some(found) = f(db, v)? {
-            if recheck == Recheck::No || db.block_version(&key)? == Some(v) {
+            if recheck == Recheck::No || db.is_current(&key, v)? {
                 return Ok(found);
             }
             continue;
@@ -486,18 +486,11 @@ fn find_version<T>(
 mod tests {
     use super::*;
     use crate::keys::Tentative;
+    use crate::undo::tests::{fill_of, stored_block};
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    /// The stored form of a 4×4 block of `fill`.
     fn stored(fill: f64) -> Vec<u8> {
-        let payload: Vec<u8> = [fill; 16].iter().flat_map(|x| x.to_le_bytes()).collect();
-        let header = BlockHeader { rows: 4, cols: 4, crc32c: block::checksum(&payload) };
-        [&header.encode()[..], &payload].concat()
-    }
-
-    fn fill_of(value: &[u8]) -> f64 {
-        let (_, payload) = block::decode(value, &|| "the block".into()).expect("whole");
-        f64::from_le_bytes(payload[..8].try_into().unwrap())
+        stored_block(fill, 0)
     }
 
     /// `(race, recheck)`: what a read of the block without a lock returns

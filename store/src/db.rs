@@ -309,6 +309,11 @@ impl Db {
         block_version(&self.db, key)
     }
 
+    /// Whether `version` is still `key`'s committed one.
+    pub(crate) fn is_current(&self, key: &BlockKey, version: Uuid) -> Result<bool, StoreError> {
+        Ok(block_version(&self.db, key)? == Some(version))
+    }
+
     /// A version's stored form (checked by the caller: every block carries
     /// its own crc32c); `None` if it is gone.
     pub(crate) fn read_version(&self, version: Uuid) -> Result<Option<Vec<u8>>, StoreError> {
@@ -633,7 +638,7 @@ fn queue_batch(batch: &mut WriteBatch, queue: &[queue::Mutation]) {
     }
 }
 
-fn put_or_delete(batch: &mut WriteBatch, key: Vec<u8>, value: Option<Vec<u8>>) {
+pub(crate) fn put_or_delete(batch: &mut WriteBatch, key: impl AsRef<[u8]>, value: Option<impl AsRef<[u8]>>) {
     match value {
         Some(v) => batch.put(key, v),
         None => batch.delete(key),

@@ -729,7 +729,6 @@ impl BlockFiles {
         Ok(removed)
     }
 
-    /// Test hook: flips one payload byte of a version in place.
     /// Test hook: writes `value` over a version's file and syncs it, as a
     /// power cut that lost a put to a recycled file leaves it (the older
     /// block it held).
@@ -741,6 +740,7 @@ impl BlockFiles {
         f.sync_data().unwrap();
     }
 
+    /// Test hook: flips one payload byte of a version in place.
     pub(crate) fn corrupt(&self, version: Uuid, at: usize) -> Result<(), StoreError> {
         use std::os::unix::fs::FileExt;
         let what = || format!("corrupting block version {version}");

@@ -122,11 +122,17 @@ pub(crate) async fn read_small(node: &Node, r: proto::SmallRef) -> Result<proto:
 /// Most keys one `ReadSmallMany` names.
 const MAX_SMALL_MANY: usize = 4096;
 
+/// Refuses a request naming more than [`MAX_SMALL_MANY`] small objects.
+fn at_most_many(n: usize, what: &str) -> Result<(), Status> {
+    if n > MAX_SMALL_MANY {
+        return Err(status(StoreError::InvalidArgument { what: format!("a {what} of {n} small objects (at most {MAX_SMALL_MANY})") }));
+    }
+    Ok(())
+}
+
 pub(crate) async fn read_small_many(node: &Node, r: proto::SmallRefs) -> Result<proto::SmallValues, Status> {
     let mode = lock_mode(r.mode)?;
-    if r.keys.len() > MAX_SMALL_MANY {
-        return Err(status(StoreError::InvalidArgument { what: format!("a read of {} small objects (at most {MAX_SMALL_MANY})", r.keys.len()) }));
-    }
+    at_most_many(r.keys.len(), "read")?;
     let mut values = Vec::with_capacity(r.keys.len());
     for key in &r.keys {
         let v = node.read_small(action(r.action), key, mode).await.map_err(status)?;
@@ -137,9 +143,7 @@ pub(crate) async fn read_small_many(node: &Node, r: proto::SmallRefs) -> Result<
 
 pub(crate) async fn write_small_many(node: &Node, r: proto::SmallWrites) -> Result<proto::Empty, Status> {
     let a = required_action(r.action)?;
-    if r.items.len() > MAX_SMALL_MANY {
-        return Err(status(StoreError::InvalidArgument { what: format!("a write of {} small objects (at most {MAX_SMALL_MANY})", r.items.len()) }));
-    }
+    at_most_many(r.items.len(), "write")?;
     for item in r.items {
         node.write_small(a, &item.key, Some(item.value.to_vec())).await.map_err(status)?;
     }

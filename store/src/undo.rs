@@ -25,7 +25,7 @@ use rocksdb::{WriteBatch, DB};
 use store_client::{block, StoreError};
 use uuid::Uuid;
 
-use crate::db::storage_error;
+use crate::db::{put_or_delete, storage_error};
 use crate::files::BlockFiles;
 
 /// The records' key prefix.
@@ -116,10 +116,7 @@ impl Undo {
     /// the record's own deletion.
     pub(crate) fn roll_back(&self, seq: u64, batch: &mut WriteBatch) {
         for (k, v) in &self.before {
-            match v {
-                Some(v) => batch.put(k, v),
-                None => batch.delete(k),
-            }
+            put_or_delete(batch, k, v.as_ref());
         }
         batch.delete(key(seq));
     }
@@ -178,7 +175,7 @@ fn lost_a_current_version(db: &DB, files: &BlockFiles, undo: &Undo) -> Result<bo
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::db::Db;
     use crate::keys::{BlockKey, ObjKey, Tentative};
@@ -192,7 +189,7 @@ mod tests {
     }
 
     /// The stored form of a 4×4 block of `fill`, with `stamp`.
-    fn stored_block(fill: f64, stamp: u64) -> Vec<u8> {
+    pub(crate) fn stored_block(fill: f64, stamp: u64) -> Vec<u8> {
         let payload: Vec<u8> = [fill; 16].iter().flat_map(|x| x.to_le_bytes()).collect();
         let header = BlockHeader { rows: 4, cols: 4, crc32c: block::checksum(&payload) };
         [&header.encode_stamped(stamp)[..], &payload].concat()
@@ -227,11 +224,15 @@ mod tests {
         db
     }
 
+    /// The fill of a stored 4×4 block ([`stored_block`]), checked whole.
+    pub(crate) fn fill_of(value: &[u8]) -> f64 {
+        let (_, payload) = block::decode(value, &|| "the block".into()).expect("the block is intact");
+        f64::from_le_bytes(payload[..8].try_into().unwrap())
+    }
+
     fn block_fill(db: &Db) -> f64 {
         let version = db.block_version(&block_key()).unwrap().expect("the block exists");
-        let value = db.read_version(version).unwrap().expect("its version's file exists");
-        let (_, payload) = block::decode(&value, &|| "the block".into()).expect("the current version is intact");
-        f64::from_le_bytes(payload[..8].try_into().unwrap())
+        fill_of(&db.read_version(version).unwrap().expect("its version's file exists"))
     }
 
     fn undo_records(db: &Db) -> usize {
