@@ -96,11 +96,37 @@ pub(crate) struct Args {
 struct Latencies {
     job: f64,
     slave_start: f64,
+    /// The store process's CPU seconds per task ([`Params::store_cpu_per_task`]).
+    store_cpu_per_task: f64,
 }
 
 /// `master submit` arguments of a job of one tiny task writing `out`.
 fn tiny_job(out: &str) -> [&str; 11] {
     ["raytrace", "--level", "0", "--width", "1", "--height", "1", "--grain", "1", "--out", out]
+}
+
+/// Tasks of each job [`store_cpu_per_task`] runs: the store's CPU is read
+/// in clock ticks (10 ms), and 0.2 ms a task makes 100 ms of it.
+const CPU_TASKS: u32 = 500;
+
+/// The store process's CPU seconds per task: over jobs of [`CPU_TASKS`]
+/// tiny tasks (a scanline of one pixel each) less jobs of one, each pair
+/// run `rounds` times and summed, so the jobs' own bookkeeping cancels.
+fn store_cpu_per_task(c: &crate::cluster::Cluster, rounds: usize) -> anyhow::Result<f64> {
+    let height = CPU_TASKS.to_string();
+    let store_cpu = |args: &[&str]| -> anyhow::Result<f64> {
+        let before = c.snapshot().store.cpu_s;
+        let r = c.run_job(args, Duration::from_secs(120))?;
+        anyhow::ensure!(r.ok(), "store CPU job failed: {:?}", r.failure);
+        Ok(c.snapshot().store.cpu_s - before)
+    };
+    let (mut many, mut one) = (0.0, 0.0);
+    for k in 0..rounds {
+        let out = format!("store-cpu-{k}");
+        many += store_cpu(&["raytrace", "--level", "0", "--width", "1", "--height", &height, "--grain", "1", "--out", &out])?;
+        one += store_cpu(&tiny_job(&format!("store-cpu-one-{k}")))?;
+    }
+    Ok(((many - one) / (rounds as f64 * f64::from(CPU_TASKS - 1))).max(0.0))
 }
 
 fn latencies(quick: bool) -> anyhow::Result<Latencies> {
@@ -112,6 +138,7 @@ fn latencies(quick: bool) -> anyhow::Result<Latencies> {
         anyhow::ensure!(r.ok(), "latency job failed: {:?}", r.failure);
         job.push(r.seconds);
     }
+    let store_cpu_per_task = store_cpu_per_task(&c, if quick { 1 } else { 3 })?;
     c.kill_slave(0)?;
     let mut start = Vec::new();
     for k in 0..if quick { 2 } else { 5 } {
@@ -123,7 +150,7 @@ fn latencies(quick: bool) -> anyhow::Result<Latencies> {
         start.push(t0.elapsed().as_secs_f64());
         c.kill_slave(slave)?;
     }
-    Ok(Latencies { job: median(&mut job), slave_start: median(&mut start) })
+    Ok(Latencies { job: median(&mut job), slave_start: median(&mut start), store_cpu_per_task })
 }
 
 /// One measured point of a sweep: work (flop or bytes) and seconds.
@@ -384,8 +411,12 @@ fn sweep_kernels(sizes: &[usize], min_secs: f64) -> KernelSweep {
 }
 
 /// Pixels per second of one slave rendering the validation scene at
-/// `side`² pixels: 16 bands of 8 scanlines spread down the image (an
-/// eighth of a 1024² image, 0.2 s), the fastest of three passes. At the
+/// `side`² pixels: 32 bands of 4 scanlines spread down the image (an
+/// eighth of a 1024² image, 0.2 s), the fastest of three passes. (16 bands
+/// of 8 put the validation scene's 1024² image at 1.163–1.180 s where
+/// rendering it whole took 1.198–1.236, six times in a row: the rows
+/// between them cost more than the rows they sampled. 32 of 4 put it at
+/// 1.188–1.206; bands of fewer rows pay more per call.) At the
 /// image's own size, because a pixel costs less the finer the image
 /// (neighbouring rays take the same paths through the scene, and the
 /// branch predictor and caches follow): 384² renders ran at 445–584k
@@ -397,7 +428,7 @@ fn sweep_kernels(sizes: &[usize], min_secs: f64) -> KernelSweep {
 /// Also the bands' relative costs, top to bottom (`Params::ray_profile`),
 /// from the same pass: the scene's rows are far from equal.
 pub(crate) fn ray_rate(side: u32, quick: bool) -> anyhow::Result<RayRate> {
-    let (bands, rows, passes) = if quick { (4, 4, 1) } else { (16, 8, 3) };
+    let (bands, rows, passes) = if quick { (4, 4, 1) } else { (32, 4, 3) };
     let p = apps::raytrace::RenderParams { level: RAY_LEVEL, width: side, height: side, grain: side, samples: RAY_SAMPLES };
     let rows = rows.min(side);
     let firsts: Vec<u32> = (0..bands).map(|k| (side - rows) * k / (bands - 1).max(1)).collect();
@@ -546,6 +577,24 @@ async fn task_costs(session: &store_client::Session, quick: bool) -> anyhow::Res
 pub(crate) async fn task_costs_now(client: &Client, quick: bool) -> anyhow::Result<TaskCosts> {
     let session = client.open_session("bench-task-costs").await?;
     task_costs(&session, quick).await
+}
+
+/// A task's ending and a task start behind it, at blocks of side `b`,
+/// measured again through a running node as `bench params` measures them
+/// ([`task_starts_behind_endings`]), for `bench validate` before each
+/// block size: they follow the disk's sync latency, which drifts here as
+/// the kernels do (the mean ending at 512 KiB read 0.74, 0.91 and 1.09 ms
+/// in three `bench params` runs within a day), and a dag task's
+/// successors wait for its ending. Returns `(start behind, ending)`.
+pub(crate) async fn endings_now(client: &Client, b: usize) -> anyhow::Result<(Point, Point)> {
+    // 16 blocks: the puts overwrite each a few times, as a job's do.
+    let g = 4u32;
+    let name = format!("bench-endings-now-{}-{b}", std::process::id());
+    let m = client.create_matrix(&name, u64::from(g) * b as u64, u64::from(g) * b as u64, b as u32).await?;
+    let measured = task_starts_behind_endings(client, &[(b, m.id, g)]).await;
+    client.delete_matrix(m.id).await?;
+    let (starts, endings) = measured?;
+    Ok((starts[0], endings[0]))
 }
 
 /// Everything measured through the store node and the loopback.
@@ -927,8 +976,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     if let Some(l) = &lat {
         eprintln!("job latency (submit to finished, one empty task, one idle slave): {:.3} s", l.job);
         eprintln!("slave start (process start to its first task committed): {:.3} s", l.slave_start);
+        eprintln!("store CPU per task (begin, dequeue, record, commit): {:.3} ms", l.store_cpu_per_task * 1e3);
     }
     let (latency, start) = (lat.as_ref().map(|l| l.job), lat.as_ref().map(|l| l.slave_start));
+    let store_cpu = lat.as_ref().map(|l| l.store_cpu_per_task);
 
     let host = std::fs::read_to_string("/etc/hostname").map(|s| s.trim().to_owned()).unwrap_or_else(|_| "this machine".into());
     let params = Params {
@@ -963,6 +1014,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         dag_release_per_counter: Some(st.per_task.release_per_counter),
         job_latency: latency,
         slave_start: start,
+        store_cpu_per_task: store_cpu,
         // Beside the fits: the kernels' rates keep rising with b over
         // the sizes jobs use, which one bandwidth cannot follow.
         kernels: Some(k.curves()),
@@ -1007,6 +1059,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(s) = start {
         fig("params_slave_start", s * 1e3, "ms");
+    }
+    if let Some(c) = store_cpu {
+        fig("params_store_cpu_per_task", c * 1e3, "ms");
     }
     Ok(())
 }

@@ -33,9 +33,12 @@
 //!
 //! Right before each point the rates its work runs at are measured again
 //! with `bench params`' own code (the ray rate; the kernels at the point's
-//! block size; the per-task overhead, wake-up and dag release through the
-//! cluster's own node), since this host's rates drift between runs;
-//! everything else comes from the parameter file. (Re-measuring the puts
+//! block size; the per-task overhead, wake-up and dag release, and a
+//! task's ending and a start behind it at the point's block size, through
+//! the cluster's own node), since this host's rates drift between runs;
+//! everything else comes from the parameter file. The inputs are synced
+//! to the disk first, so that neither that measure nor the first run pays
+//! their writeback. (Re-measuring the puts
 //! as well, through a fresh node, was tried and left out: right after its
 //! start a node's new 2 MiB puts ran at 318 MB/s, where `bench params` had
 //! fitted 1098 MB/s minutes before: its pages were fresh ones, each a
@@ -62,9 +65,20 @@
 //! 0.19 ms more at 512 KiB, 1.3 ms at 8 MiB): the grid's mean error went
 //! from 5.9 % to 5.3 % and its largest from 20.9 % to 16.6 %.
 //!
-//! Known gaps: the dag Cholesky at b = 256 with two slaves runs up to
-//! 13 % longer than predicted at n = 4096 in some runs (0.39 s in one,
-//! 0.46 s in another, 0.40 predicted both times), and at n = 8192
+//! The store's CPU for each task's requests is its share of the cores
+//! too (`Params::store_cpu_per_task`): with two slaves on two cores it is
+//! taken from their kernels.
+//!
+//! Known gaps: the dag Cholesky at b = 256 with one slave runs 7–11 %
+//! longer than predicted at n = 4096 (0.55–0.57 s against 0.51 in four
+//! grids): its kernels took 3.13–3.16 ms a task in the job, 0.426 s in
+//! all, where the same kernels at the rates measured beside it take
+//! 0.389 s. Cold inputs (blocks just read, up to 160 MiB of them) and a
+//! copy loop beside the kernel at the prefetch's pace slowed dgemm by
+//! under 2 % in isolation: what the other 8 % is, is open (the slave's
+//! and the store's threads preempting the kernel in bursts is the
+//! suspect). With two slaves it runs up to 13 % longer in some runs
+//! (0.39 s in one, 0.46 s in another, 0.40 predicted both times), and at n = 8192
 //! (`--n 8192`) most LU and Cholesky points are under-predicted, by 2–17 %
 //! (10 of 12 within 10 % in the last run). What the parameters do not see:
 //! a task's reads wait although prefetched (0.6–1.1 ms a task of 8 or more
@@ -370,6 +384,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     for case in &cases {
         for &b in &case.blocks {
             create_inputs(&cluster, case, b)?;
+            // The inputs (and the last point's outputs) written back before
+            // anything is timed: their writeback kept the disk busy for
+            // seconds, and a task's ending measured through it read 10.3 ms
+            // at b = 1024 where the parameter file says 3.9.
+            // SAFETY: sync(2) takes no arguments and cannot fail.
+            unsafe { libc::sync() };
             // This host's rates drift: the ray rate by a quarter within
             // twenty minutes (571k pixel/s in `bench params`, 444k later),
             // dgemm at b = 256 by a tenth (42.9 and 47.0 Gflop/s in two
@@ -391,6 +411,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 };
                 eprintln!("kernels now at b = {b}: gemm {:.1} Gflop/s (parameter file {:.1})", gemm(&kernels), gemm(&file));
                 let costs = cluster.with_client(|c| async move { crate::params_cmd::task_costs_now(&c, args.quick).await })?;
+                let (start_behind, ending) = cluster.with_client(|c| async move { crate::params_cmd::endings_now(&c, b as usize).await })?;
+                let at = |curve: Option<&[[f64; 2]]>| curve.filter(|c| !c.is_empty()).map_or("-".to_owned(), |c| format!("{:.3}", model::curves::interpolate(c, ending.units) * 1e3));
+                eprintln!(
+                    "task ending now at b = {b}: {:.3} ms, a start behind it {:.3} ms more (parameter file {}, {})",
+                    ending.secs * 1e3,
+                    start_behind.secs * 1e3,
+                    at(params.task_ending.as_deref()),
+                    at(params.task_start_behind.as_deref())
+                );
+                let merged = |curve: &Option<Vec<[f64; 2]>>, p: crate::params_cmd::Point| Some(model::curves::merge(curve.as_deref().unwrap_or(&[]), &[[p.units, p.secs]]));
                 let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{:.3}", v * 1e3));
                 eprintln!(
                     "per task now: overhead {:.3} ms, wake {:.3} ms, dag release {:.3} ms + {:.4} per counter (parameter file {}, {}, {} + {})",
@@ -409,6 +439,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     task_wake: Some(costs.wake),
                     dag_release: Some(costs.release),
                     dag_release_per_counter: Some(costs.release_per_counter),
+                    task_ending: merged(&params.task_ending, ending),
+                    task_start_behind: merged(&params.task_start_behind, start_behind),
                     ..params.clone()
                 }
             };

@@ -76,12 +76,6 @@ impl KernelCurves {
     /// validate` times the kernels again at a job's block size just
     /// before it runs, the host's rates drift.)
     pub fn with_points_of(&self, newer: &KernelCurves) -> KernelCurves {
-        let merge = |old: &[[f64; 2]], new: &[[f64; 2]]| {
-            let mut out: Vec<[f64; 2]> = old.iter().filter(|o| !new.iter().any(|n| same_flop(n[0], o[0]))).copied().collect();
-            out.extend_from_slice(new);
-            out.sort_by(|a, b| a[0].total_cmp(&b[0]));
-            out
-        };
         KernelCurves {
             multiply: merge(&self.multiply, &newer.multiply),
             solve: merge(&self.solve, &newer.solve),
@@ -126,12 +120,22 @@ pub(crate) fn validate_points(name: &str, curve: &[[f64; 2]]) -> Result<(), Para
 }
 
 /// Flop counts of one block size, computed the same way twice.
+/// A measured `[size, seconds]` curve with `new`'s points in it: a point of
+/// `new` at a size of `old` replaces it, others go in in order.
+pub fn merge(old: &[[f64; 2]], new: &[[f64; 2]]) -> Vec<[f64; 2]> {
+    let mut out: Vec<[f64; 2]> = old.iter().filter(|o| !new.iter().any(|n| same_flop(n[0], o[0]))).copied().collect();
+    out.extend_from_slice(new);
+    out.sort_by(|a, b| a[0].total_cmp(&b[0]));
+    out
+}
+
 fn same_flop(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
 }
 
-/// Seconds for `flop` on a validated, non-empty curve.
-pub(crate) fn interpolate(curve: &[[f64; 2]], flop: f64) -> f64 {
+/// Seconds for `flop` (or bytes, on the per-task curves) on a validated,
+/// non-empty curve.
+pub fn interpolate(curve: &[[f64; 2]], flop: f64) -> f64 {
     let (first, last) = (curve[0], curve[curve.len() - 1]);
     if flop <= first[0] {
         return first[1] * flop / first[0];

@@ -241,6 +241,14 @@ pub struct Params {
     /// works. Measured by `bench params`. Absent: 0, the thesis's recovery.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slave_start: Option<f64>,
+    /// Extension: CPU seconds the store node spends on each task's
+    /// requests (begin, dequeue, done record, commit), beyond its block
+    /// transfers. With [`crate::SharedCpu`] it is the store's share of the
+    /// cores along with its transfers: with no core spare it is taken from
+    /// the slaves' kernels. Measured by `bench params` as the store
+    /// process's CPU over jobs of many empty tasks. Absent: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_cpu_per_task: Option<f64>,
     /// Extension: the kernels' measured times by size
     /// ([`crate::curves`]); when a kernel has a curve, it is used instead
     /// of its piecewise rate. Absent: the thesis's piecewise rates.
@@ -309,6 +317,7 @@ impl Params {
             dag_release_per_counter: None,
             job_latency: None,
             slave_start: None,
+            store_cpu_per_task: None,
             kernels: None,
         }
     }
@@ -438,6 +447,7 @@ impl Params {
             ("dag_release_per_counter", self.dag_release_per_counter),
             ("job_latency", self.job_latency),
             ("slave_start", self.slave_start),
+            ("store_cpu_per_task", self.store_cpu_per_task),
         ] {
             let Some(t) = v else { continue };
             if !(t.is_finite() && t >= 0.0) {
