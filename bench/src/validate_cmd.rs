@@ -75,9 +75,15 @@
 //! all, where the same kernels at the rates measured beside it take
 //! 0.389 s. Cold inputs (blocks just read, up to 160 MiB of them) and a
 //! copy loop beside the kernel at the prefetch's pace slowed dgemm by
-//! under 2 % in isolation: what the other 8 % is, is open (the slave's
-//! and the store's threads preempting the kernel in bursts is the
-//! suspect). With two slaves it runs up to 13 % longer in some runs
+//! under 2 % in isolation. The schedulers' own counts say where it goes
+//! (`/proc/PID/task/TID/schedstat`, six runs): the kernel threads
+//! waited 47–100 ms in the run queue beside their 400–420 ms on a core,
+//! while the store's threads took 230–450 ms of CPU (its spares thread,
+//! warming new version files, 50–240 ms of it) and the slave's I/O
+//! runtime 90–120 ms: on average under the second core, in bursts over
+//! it. The model's processor sharing (`SharedCpu::slowdown`) charges
+//! nothing while the average fits. With two slaves it runs up to 13 %
+//! longer in some runs
 //! (0.39 s in one, 0.46 s in another, 0.40 predicted both times), and at n = 8192
 //! (`--n 8192`) most LU and Cholesky points are under-predicted, by 2–17 %
 //! (10 of 12 within 10 % in the last run). What the parameters do not see:
