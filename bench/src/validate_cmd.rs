@@ -417,8 +417,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 };
                 eprintln!("kernels now at b = {b}: gemm {:.1} Gflop/s (parameter file {:.1})", gemm(&kernels), gemm(&file));
                 let costs = cluster.with_client(|c| async move { crate::params_cmd::task_costs_now(&c, args.quick).await })?;
-                let (start_behind, ending) = cluster.with_client(|c| async move { crate::params_cmd::endings_now(&c, b as usize).await })?;
-                let at = |curve: Option<&[[f64; 2]]>| curve.filter(|c| !c.is_empty()).map_or("-".to_owned(), |c| format!("{:.3}", model::curves::interpolate(c, ending.units) * 1e3));
+                let (start_behind, ending) =
+                    cluster.with_client(|c| async move { crate::params_cmd::endings_now(&c, b as usize).await })?;
+                let at = |curve: Option<&[[f64; 2]]>| {
+                    curve
+                        .filter(|c| !c.is_empty())
+                        .map_or("-".to_owned(), |c| format!("{:.3}", model::curves::interpolate(c, ending.units) * 1e3))
+                };
                 eprintln!(
                     "task ending now at b = {b}: {:.3} ms, a start behind it {:.3} ms more (parameter file {}, {})",
                     ending.secs * 1e3,
@@ -426,7 +431,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     at(params.task_ending.as_deref()),
                     at(params.task_start_behind.as_deref())
                 );
-                let merged = |curve: &Option<Vec<[f64; 2]>>, p: crate::params_cmd::Point| Some(model::curves::merge(curve.as_deref().unwrap_or(&[]), &[[p.units, p.secs]]));
+                let merged = |curve: &Option<Vec<[f64; 2]>>, p: crate::params_cmd::Point| {
+                    Some(model::curves::merge(curve.as_deref().unwrap_or(&[]), &[[p.units, p.secs]]))
+                };
                 let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{:.3}", v * 1e3));
                 eprintln!(
                     "per task now: overhead {:.3} ms, wake {:.3} ms, dag release {:.3} ms + {:.4} per counter (parameter file {}, {}, {} + {})",

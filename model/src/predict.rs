@@ -574,7 +574,8 @@ mod tests {
             let (n, b) = if app == App::Raytrace { (512, 8) } else { (3000, 300) };
             let run = |params: &Params, s: u64| predict(app, n, b, params, &shared(s)).unwrap().predicted;
             assert!(run(&with, 2) > run(&without, 2), "{app}: {} vs {}", run(&with, 2), run(&without, 2));
-            assert!((run(&with, 1) - run(&without, 1)).abs() <= 1e-9 * run(&without, 1), "{app}: {} vs {}", run(&with, 1), run(&without, 1));
+            let (one_with, one_without) = (run(&with, 1), run(&without, 1));
+            assert!((one_with - one_without).abs() <= 1e-9 * one_without, "{app}: {one_with} vs {one_without}");
         }
     }
 
