@@ -83,10 +83,10 @@
 //! runtime 90–120 ms: on average under the second core, in bursts over
 //! it. The model's processor sharing (`SharedCpu::slowdown`) charges
 //! nothing while the average fits. With two slaves it runs up to 13 %
-//! longer in some runs
-//! (0.39 s in one, 0.46 s in another, 0.40 predicted both times), and at n = 8192
-//! (`--n 8192`) most LU and Cholesky points are under-predicted, by 2–17 %
-//! (10 of 12 within 10 % in the last run). What the parameters do not see:
+//! longer in some runs (0.39 s in one, 0.46 s in another, 0.40 predicted
+//! both times), and at n = 8192 (`--n 8192`) most LU and Cholesky points
+//! are under-predicted, by 2–17 % (7 to 11 of 12 within 10 % in the last
+//! six runs, 8 in the latest). What the parameters do not see:
 //! a task's reads wait although prefetched (0.6–1.1 ms a task of 8 or more
 //! blocks, about half of it the first read), and round trips made while
 //! both cores run kernels have a tail of a scheduler slice (`bench queue`,
