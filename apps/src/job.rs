@@ -565,12 +565,12 @@ pub(crate) fn release_dependencies(ctx: &mut dyn TaskCtx, releases: &[Release]) 
     let counters = ctx.read_smalls_for_update(&keys)?;
     let mut written = Vec::with_capacity(releases.len());
     let mut ready = Vec::new();
-    for (r, raw) in releases.iter().zip(counters) {
+    for ((r, key), raw) in releases.iter().zip(keys).zip(counters) {
         let bad = |reason: String| TaskError::BadSmall { key: r.key.clone(), reason };
         let raw = raw.ok_or_else(|| bad("missing".into()))?;
         let n = <[u8; 4]>::try_from(raw.as_slice()).map(u32::from_le_bytes).map_err(|_| bad(format!("{} bytes, want 4", raw.len())))?;
         let left = n.checked_sub(1).ok_or_else(|| bad("already zero".into()))?;
-        written.push((r.key.clone(), left.to_le_bytes().to_vec()));
+        written.push((key, left.to_le_bytes().to_vec()));
         if left == 0 {
             ready.push(r);
         }

@@ -229,6 +229,22 @@ impl StoreCtx<'_> {
         }
     }
 
+    /// Starts `write` of the small objects `keys` behind the task, once
+    /// any earlier write of one of them has settled (their order on the
+    /// node is the task's).
+    fn write_smalls_behind(
+        &mut self,
+        keys: Vec<String>,
+        write: impl std::future::Future<Output = Result<(), StoreError>> + Send + 'static,
+    ) -> Result<(), CtxError> {
+        for key in &keys {
+            self.writes.settle_small(&self.rt, key)?;
+        }
+        let h = self.rt.spawn(write);
+        self.writes.running.push((Target::Small(keys), h));
+        Ok(())
+    }
+
     /// A small read (`write`: under a write lock, to update it next),
     /// timed for the debug timeline.
     fn read_small_as(&mut self, key: &str, write: bool) -> Result<Option<Vec<u8>>, CtxError> {
@@ -350,20 +366,14 @@ impl TaskCtx for StoreCtx<'_> {
     /// Written behind, like a block: the action commits only after it
     /// succeeded ([`Writes::finish`]).
     fn write_small(&mut self, key: &str, value: &[u8]) -> Result<(), CtxError> {
-        self.writes.settle_small(&self.rt, key)?;
-        let h = self.rt.spawn(self.action.write_small(key, value));
-        self.writes.running.push((Target::Small(vec![key.to_owned()]), h));
-        Ok(())
+        let write = self.action.write_small(key, value);
+        self.write_smalls_behind(vec![key.to_owned()], write)
     }
 
     /// Written behind in one request ([`TaskCtx::write_smalls`]).
     fn write_smalls(&mut self, items: &[(String, Vec<u8>)]) -> Result<(), CtxError> {
-        for (key, _) in items {
-            self.writes.settle_small(&self.rt, key)?;
-        }
-        let h = self.rt.spawn(self.action.write_smalls(items));
-        self.writes.running.push((Target::Small(items.iter().map(|(k, _)| k.clone()).collect()), h));
-        Ok(())
+        let write = self.action.write_smalls(items);
+        self.write_smalls_behind(items.iter().map(|(k, _)| k.clone()).collect(), write)
     }
 
     /// Waits for a flag (single-bag Cholesky). A committed flag is found by

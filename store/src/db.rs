@@ -38,6 +38,7 @@
 //! from 20118–22220 to 15866–16994 with eight (a lent worker hands its
 //! core to another thread, which a busy machine pays for in CPU).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::future::Future;
 use std::path::Path;
@@ -591,7 +592,7 @@ fn add_commit(db: &DB, batch: &mut WriteBatch, job: &CommitJob) -> Result<(Vec<U
     let mut changes = Vec::with_capacity(job.writes.len() + job.queue.len());
     for (key, t) in &job.writes {
         changes.push(match (key, t) {
-            (ObjKey::Small(k), Tentative::Small(v)) => Change { key: small_key(k), value: Some(v.clone()), before: None },
+            (ObjKey::Small(k), Tentative::Small(v)) => Change { key: small_key(k), value: Some(Cow::Borrowed(v)), before: None },
             (ObjKey::Small(k), Tentative::Deleted) => Change { key: small_key(k), value: None, before: None },
             (ObjKey::Block(b), Tentative::Block(version)) => {
                 let old = block_version(db, b)?;
@@ -601,16 +602,17 @@ fn add_commit(db: &DB, batch: &mut WriteBatch, job: &CommitJob) -> Result<(Vec<U
                     let stamp = stamps.find(|(v, _)| v == version).map_or(0, |(_, stamp)| *stamp);
                     undo.versions.push((b.pointer(), *version, stamp));
                 }
-                Change { key: b.pointer(), value: Some(version.as_bytes().to_vec()), before: Some(old.map(|v| v.as_bytes().to_vec())) }
+                let before = undo.is_some().then(|| old.map(|v| v.as_bytes().to_vec()));
+                Change { key: b.pointer(), value: Some(Cow::Borrowed(version.as_bytes())), before }
             }
             (k, t) => unreachable!("tentative {t:?} recorded for {k:?}"),
         });
     }
-    changes.extend(queue_changes(&job.queue).map(|(key, value)| Change { key, value, before: None }));
+    changes.extend(queue_changes(&job.queue).map(|(key, value)| Change { key, value: value.map(Cow::Owned), before: None }));
     if let Some(undo) = &mut undo {
-        for c in &changes {
-            let before = match &c.before {
-                Some(before) => before.clone(),
+        for c in &mut changes {
+            let before = match c.before.take() {
+                Some(before) => before,
                 None => db.get(&c.key).map_err(storage_error)?,
             };
             undo.before.push((c.key.clone(), before));
@@ -623,12 +625,14 @@ fn add_commit(db: &DB, batch: &mut WriteBatch, job: &CommitJob) -> Result<(Vec<U
 }
 
 /// A key a commit's batch changes.
-struct Change {
+struct Change<'a> {
     key: Vec<u8>,
-    /// Its new value; `None`: deleted.
-    value: Option<Vec<u8>>,
-    /// Its old value where it was read anyway (a block pointer's, to
-    /// recycle the version it replaces); the undo record reads the others.
+    /// Its new value, borrowed from the commit where it can be; `None`:
+    /// deleted.
+    value: Option<Cow<'a, [u8]>>,
+    /// Its old value for the undo record, where it was read anyway (a
+    /// block pointer's, to recycle the version it replaces); the record
+    /// reads the others.
     before: Option<Option<Vec<u8>>>,
 }
 
