@@ -44,6 +44,12 @@ pub struct TaskStats {
     pub prefetched: u64,
     /// Reads that broke the order announced by a prefetch hint (must be 0).
     pub prefetch_misses: u64,
+    /// Reads of small objects the task made right after it wrote a block
+    /// (no block read, so no compute, in between): on a slave that put is
+    /// still on its way to the node behind the task (write-behind), and
+    /// such a read waited for it (a dag task's release: 0.8 ms against
+    /// 0.3, n = 8192, b = 256).
+    pub small_reads_behind_puts: u64,
 }
 
 impl std::ops::AddAssign for TaskStats {
@@ -57,6 +63,7 @@ impl std::ops::AddAssign for TaskStats {
         self.enqueues += o.enqueues;
         self.prefetched += o.prefetched;
         self.prefetch_misses += o.prefetch_misses;
+        self.small_reads_behind_puts += o.small_reads_behind_puts;
     }
 }
 
@@ -176,6 +183,8 @@ pub struct MemCtx<'a> {
     job: uuid::Uuid,
     pending: Pending,
     hint: VecDeque<BlockId>,
+    /// The task wrote a block and has not read one since.
+    put_just_sent: bool,
     /// What the task has touched so far.
     pub stats: TaskStats,
 }
@@ -188,6 +197,7 @@ impl<'a> MemCtx<'a> {
             job,
             pending: Pending { blocks: HashMap::new(), small: HashMap::new(), enqueued: vec![] },
             hint: VecDeque::new(),
+            put_just_sent: false,
             stats: TaskStats::default(),
         }
     }
@@ -207,6 +217,7 @@ impl<'a> MemCtx<'a> {
     }
 
     fn counted_read(&mut self, id: BlockId) -> Result<Block, CtxError> {
+        self.put_just_sent = false;
         let b = self.block(id)?;
         self.stats.block_read_bytes += 8 * (b.rows * b.cols) as u64;
         Ok(b)
@@ -245,12 +256,16 @@ impl TaskCtx for MemCtx<'_> {
     }
     fn write_block(&mut self, id: BlockId, block: &Block) -> Result<(), CtxError> {
         self.stats.block_writes += 1;
+        self.put_just_sent = true;
         self.stats.block_write_bytes += 8 * (block.rows * block.cols) as u64;
         self.pending.blocks.insert(id, block.clone());
         Ok(())
     }
     fn read_small(&mut self, key: &str) -> Result<Option<Vec<u8>>, CtxError> {
         self.stats.small_reads += 1;
+        if self.put_just_sent {
+            self.stats.small_reads_behind_puts += 1;
+        }
         Ok(self.small(key))
     }
     fn write_small(&mut self, key: &str, value: &[u8]) -> Result<(), CtxError> {

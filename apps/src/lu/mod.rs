@@ -36,7 +36,7 @@
 //! The interchanges of later panels reach the `L` blocks left of them in a
 //! second bag, one task per block column, at the end.
 
-use crate::block::{Block, MatrixMeta};
+use crate::block::{Block, BlockId, MatrixMeta};
 use crate::ctx::TaskCtx;
 use crate::job::{self, LuSchedule, OutputShape, Plan, PlanError, PlannedBag, TaskError, TaskOutcome};
 use crate::kernels;
@@ -238,6 +238,11 @@ pub(crate) fn plan(job: uuid::Uuid, a: &MatrixMeta, lu: &MatrixMeta, pivot: bool
     Ok(plan)
 }
 
+/// The blocks a task writes last, handed back to [`run`] to be written
+/// after the task's releases: their puts go to the node behind the task,
+/// and a release sent after them waits for them.
+type LastWrites = Vec<(BlockId, Block)>;
+
 pub(crate) fn run(
     job: uuid::Uuid,
     a: &MatrixMeta,
@@ -266,13 +271,14 @@ pub(crate) fn run(
     // multiply and solve steps start from it instead of A.
     let src = if pivot { lu } else { a };
     let mut flops = 0.0;
-    match t {
+    // The blocks the task writes last, written after its releases (below).
+    let written: LastWrites = match t {
         LuTask::Copy { i, j } => {
             if !pivot || i >= p || j >= p {
                 return Err(bad());
             }
             let b = job::read_checked(ctx, a, i, j)?;
-            ctx.write_block(lu.block_id(i, j), &b)?;
+            vec![(lu.block_id(i, j), b)]
         }
         LuTask::Mult { i, k } => {
             if i >= p || k > i {
@@ -281,7 +287,7 @@ pub(crate) fn run(
             announce(ctx, src, pivot, lu, i, k, k, &[])?;
             let mut x = read_src(ctx, src, pivot, i, k)?;
             flops += update(ctx, lu, i, k, k, &mut x)?;
-            ctx.write_block(lu.block_id(i, k), &x)?;
+            vec![(lu.block_id(i, k), x)]
         }
         LuTask::Factor { k } => {
             if pivot || k >= p {
@@ -290,7 +296,7 @@ pub(crate) fn run(
             let mut x = job::read_for_update(ctx, lu, k, k)?;
             kernels::lu_nopiv(&mut x).map_err(|row| TaskError::Singular { i: k, j: k, row })?;
             flops += 2.0 * (x.rows as f64).powi(3) / 3.0;
-            ctx.write_block(lu.block_id(k, k), &x)?;
+            vec![(lu.block_id(k, k), x)]
         }
         LuTask::SolveL { i, k } => {
             if pivot || i >= p || k >= i {
@@ -300,7 +306,7 @@ pub(crate) fn run(
             let d = job::read_checked(ctx, lu, k, k)?;
             kernels::trsm_right_upper(&d, &mut x);
             flops += (x.rows * x.cols * x.cols) as f64;
-            ctx.write_block(lu.block_id(i, k), &x)?;
+            vec![(lu.block_id(i, k), x)]
         }
         LuTask::SolveU { k, j } => {
             if j >= p || k >= j {
@@ -312,7 +318,7 @@ pub(crate) fn run(
             let d = job::read_checked(ctx, lu, k, k)?;
             kernels::trsm_left_lower_unit(&d, &mut x);
             flops += (x.rows * x.rows * x.cols) as f64;
-            ctx.write_block(lu.block_id(k, j), &x)?;
+            vec![(lu.block_id(k, j), x)]
         }
         LuTask::Panel { k } => {
             if !pivot || k >= p {
@@ -320,27 +326,31 @@ pub(crate) fn run(
             }
             // Right-looking, panel 0 reads A itself (there is no copy).
             let from = if right_looking && k == 0 { a } else { lu };
-            flops += panel(job, from, lu, k, ctx)?;
+            let (f, written) = panel(job, from, lu, k, ctx)?;
+            flops += f;
+            written
         }
         LuTask::Swap { k, j } => {
             if k >= p || j >= p || j == k {
                 return Err(bad());
             }
-            swap(job, lu, k..k + 1, j, ctx)?;
+            swap(job, lu, k..k + 1, j, ctx)?
         }
         LuTask::Update { k, j } => {
             if j >= p || k >= j {
                 return Err(bad());
             }
-            flops += right_looking::update(job, a, lu, k, j, ctx)?;
+            let (f, last) = right_looking::update(job, a, lu, k, j, ctx)?;
+            flops += f;
+            vec![last]
         }
         LuTask::LeftSwap { m } => {
             if m + 1 >= p {
                 return Err(bad());
             }
-            swap(job, lu, m + 1..p, m, ctx)?;
+            swap(job, lu, m + 1..p, m, ctx)?
         }
-    }
+    };
     let next = if right_looking {
         right_looking::successors(p, t)
     } else if dag {
@@ -350,7 +360,13 @@ pub(crate) fn run(
     };
     let releases: Vec<job::Release> =
         next.iter().map(|s| job::Release { key: counter_key(job, *s), bag: dag_bag(job), task: job::encode_task(s) }).collect();
+    // Released before the block is written: the put goes to the node
+    // behind the task (write-behind), and a release sent after it waited
+    // for it (see `cholesky::run`).
     job::release_dependencies(ctx, &releases)?;
+    for (id, block) in &written {
+        ctx.write_block(*id, block)?;
+    }
     Ok(TaskOutcome { flops })
 }
 
@@ -407,9 +423,9 @@ fn update(ctx: &mut dyn TaskCtx, lu: &MatrixMeta, i: u32, j: u32, upto: u32, x: 
 
 /// Factors block column `k` (rows from block `k` down) with partial pivoting,
 /// reading it from `from` (the output itself, or A for a right-looking
-/// first panel) and writing it to `lu`. Holds the whole panel,
-/// `(n − k·b) × b`, in memory.
-fn panel(job: uuid::Uuid, from: &MatrixMeta, lu: &MatrixMeta, k: u32, ctx: &mut dyn TaskCtx) -> Result<f64, TaskError> {
+/// first panel); returns the flops and its blocks of `lu`, for the caller
+/// to write. Holds the whole panel, `(n − k·b) × b`, in memory.
+fn panel(job: uuid::Uuid, from: &MatrixMeta, lu: &MatrixMeta, k: u32, ctx: &mut dyn TaskCtx) -> Result<(f64, LastWrites), TaskError> {
     let p = lu.block_rows();
     let r0 = lu.row_offset(k);
     let rows = (lu.n_rows - r0) as usize;
@@ -428,6 +444,7 @@ fn panel(job: uuid::Uuid, from: &MatrixMeta, lu: &MatrixMeta, k: u32, ctx: &mut 
     }
     let (ipiv, res) = kernels::getrf(&mut pan);
     res.map_err(|col| TaskError::Singular { i: k, j: k, row: col })?;
+    let mut written = Vec::with_capacity((p - k) as usize);
     for t in k..p {
         let (br, bc) = lu.block_shape(t, k);
         let off = (lu.row_offset(t) - r0) as usize;
@@ -435,7 +452,7 @@ fn panel(job: uuid::Uuid, from: &MatrixMeta, lu: &MatrixMeta, k: u32, ctx: &mut 
         for c in 0..bc {
             b.data[c * br..(c + 1) * br].copy_from_slice(&pan.data[off + c * rows..off + c * rows + br]);
         }
-        ctx.write_block(lu.block_id(t, k), &b)?;
+        written.push((lu.block_id(t, k), b));
     }
     let mut bytes = Vec::with_capacity(ipiv.len() * 8);
     for r in ipiv {
@@ -443,7 +460,7 @@ fn panel(job: uuid::Uuid, from: &MatrixMeta, lu: &MatrixMeta, k: u32, ctx: &mut 
     }
     ctx.write_small(&pivots_key(job, k), &bytes)?;
     let (m, n) = (rows as f64, cols as f64);
-    Ok(m * n * n - n * n * n / 3.0)
+    Ok((m * n * n - n * n * n / 3.0, written))
 }
 
 fn decode_pivots(key: &str, raw: &[u8], lu: &MatrixMeta, k: u32) -> Result<Vec<u64>, String> {
@@ -462,8 +479,9 @@ fn decode_pivots(key: &str, raw: &[u8], lu: &MatrixMeta, k: u32) -> Result<Vec<u
 }
 
 /// Applies the interchanges of `panels`, in order, to block column `j`.
-/// Reads only the blocks that hold swapped rows.
-fn swap(job: uuid::Uuid, lu: &MatrixMeta, panels: std::ops::Range<u32>, j: u32, ctx: &mut dyn TaskCtx) -> Result<(), TaskError> {
+/// Reads only the blocks that hold swapped rows; returns them swapped, for
+/// the caller to write.
+fn swap(job: uuid::Uuid, lu: &MatrixMeta, panels: std::ops::Range<u32>, j: u32, ctx: &mut dyn TaskCtx) -> Result<LastWrites, TaskError> {
     let b = u64::from(lu.block);
     let mut swaps = Vec::new();
     for k in panels {
@@ -479,10 +497,7 @@ fn swap(job: uuid::Uuid, lu: &MatrixMeta, panels: std::ops::Range<u32>, j: u32, 
         }
     }
     interchange_rows(&mut blocks, b, &swaps);
-    for (t, blk) in &blocks {
-        ctx.write_block(lu.block_id(*t, j), blk)?;
-    }
-    Ok(())
+    Ok(blocks.into_iter().map(|(t, blk)| (lu.block_id(t, j), blk)).collect())
 }
 
 /// Panel `k`'s interchanges as pairs of global rows `(s, g)`, in order,

@@ -16,7 +16,7 @@
 //! so it runs beside the rest of step `k`'s updates (lookahead).
 
 use super::{interchange_rows, interchanges, LuTask};
-use crate::block::{Block, MatrixMeta};
+use crate::block::{Block, BlockId, MatrixMeta};
 use crate::ctx::TaskCtx;
 use crate::job::{self, Plan, PlannedBag, TaskError};
 use crate::kernels;
@@ -65,8 +65,17 @@ pub(super) fn plan(job: uuid::Uuid, p: u32) -> Plan {
 /// `Update{k,j}`: column `j` from block row `k` down (A's for `k = 0`),
 /// panel `k`'s interchanges applied, `U(k,j) = L(k,k)⁻¹·X(k,j)`, then
 /// `X(i,j) −= L(i,k)·U(k,j)` for `i > k`. Holds the column, `p − k`
-/// blocks, and one `L` block at a time. Returns the flops.
-pub(super) fn update(job: uuid::Uuid, a: &MatrixMeta, lu: &MatrixMeta, k: u32, j: u32, ctx: &mut dyn TaskCtx) -> Result<f64, TaskError> {
+/// blocks, and one `L` block at a time. Writes each block as it is done
+/// (its put overlaps the next multiply) but the last, which it returns
+/// with the flops for the caller to write after the task's releases.
+pub(super) fn update(
+    job: uuid::Uuid,
+    a: &MatrixMeta,
+    lu: &MatrixMeta,
+    k: u32,
+    j: u32,
+    ctx: &mut dyn TaskCtx,
+) -> Result<(f64, (BlockId, Block)), TaskError> {
     let p = lu.block_rows();
     let mut ids = Vec::new();
     if k == 0 {
@@ -86,13 +95,32 @@ pub(super) fn update(job: uuid::Uuid, a: &MatrixMeta, lu: &MatrixMeta, k: u32, j
     kernels::trsm_left_lower_unit(&d, &mut u);
     let mut flops = (u.rows * u.rows * u.cols) as f64;
     drop(d);
-    ctx.write_block(lu.block_id(k, j), &u)?;
-    for i in k + 1..p {
-        let l = job::read_checked(ctx, lu, i, k)?;
-        let x = column.get_mut(&i).expect("block rows below k were read");
-        kernels::gemm(-1.0, &l, false, &u, false, 1.0, x);
-        flops += 2.0 * (x.rows * x.cols * l.cols) as f64;
-        ctx.write_block(lu.block_id(i, j), x)?;
+    let u_id = lu.block_id(k, j);
+    if k + 1 == p {
+        return Ok((flops, (u_id, u)));
     }
-    Ok(flops)
+    ctx.write_block(u_id, &u)?;
+    for i in k + 1..p - 1 {
+        let x = multiply_below(ctx, lu, &mut column, &u, k, i, &mut flops)?;
+        ctx.write_block(lu.block_id(i, j), &x)?;
+    }
+    let x = multiply_below(ctx, lu, &mut column, &u, k, p - 1, &mut flops)?;
+    Ok((flops, (lu.block_id(p - 1, j), x)))
+}
+
+/// `X(i,j) −= L(i,k)·U(k,j)`, taking `X(i,j)` out of `column`.
+fn multiply_below(
+    ctx: &mut dyn TaskCtx,
+    lu: &MatrixMeta,
+    column: &mut BTreeMap<u32, Block>,
+    u: &Block,
+    k: u32,
+    i: u32,
+    flops: &mut f64,
+) -> Result<Block, TaskError> {
+    let l = job::read_checked(ctx, lu, i, k)?;
+    let mut x = column.remove(&i).expect("block rows below k were read");
+    kernels::gemm(-1.0, &l, false, u, false, 1.0, &mut x);
+    *flops += 2.0 * (x.rows * x.cols * l.cols) as f64;
+    Ok(x)
 }

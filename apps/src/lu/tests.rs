@@ -130,6 +130,8 @@ fn dag_schedule_is_bit_identical_to_the_bags() {
         let tot = report.tasks.iter().fold((0, 0), |acc, t| (acc.0 + t.stats.prefetched, acc.1 + t.stats.prefetch_misses));
         assert!(tot.0 > 0 || p == 1, "n={n}: nothing announced");
         assert_eq!(tot.1, 0, "n={n}: reads out of the announced order");
+        // Each task releases its successors before it writes its block.
+        assert_eq!(report.totals().small_reads_behind_puts, 0, "n={n}: a release waited behind a put");
     }
 }
 
@@ -234,4 +236,5 @@ fn pivoted_dag_reads_each_column_once_per_step() {
     assert!(d.block_reads < b.block_reads, "dag reads {} blocks, bags {}", d.block_reads, b.block_reads);
     assert!(d.block_writes < b.block_writes, "dag writes {} blocks, bags {}", d.block_writes, b.block_writes);
     assert_eq!(d.prefetch_misses, 0, "reads out of the announced order");
+    assert_eq!(d.small_reads_behind_puts, 0, "a release waited behind a put");
 }
