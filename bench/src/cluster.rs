@@ -87,15 +87,6 @@ impl ProcStats {
     pub(crate) fn read(pid: u32) -> Option<ProcStats> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // Fields after the command (which may hold spaces) end with ')';
-        // utime and stime are the 14th and 15th fields, in clock ticks.
-        let ticks: f64 = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.split_whitespace().skip(11).take(2).filter_map(|v| v.parse::<f64>().ok()).sum())
-            .unwrap_or(0.0);
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { sysconf(SC_CLK_TCK) }.max(1) as f64;
         let field = |text: &str, name: &str| -> u64 {
             text.lines()
                 .find_map(|l| l.strip_prefix(name))
@@ -109,9 +100,23 @@ impl ProcStats {
             rss: field(&status, "VmRSS:") * 1024,
             read_bytes: field(&io, "read_bytes:"),
             write_bytes: field(&io, "write_bytes:"),
-            cpu_s: ticks / hz,
+            cpu_s: cpu_seconds(pid),
         })
     }
+}
+
+/// CPU seconds (user + system) a process used so far, from
+/// `/proc/PID/stat`; 0 if it is gone.
+pub(crate) fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (which may hold spaces) end with ')';
+    // utime and stime are the 14th and 15th fields, in clock ticks.
+    let ticks: f64 = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().skip(11).take(2).filter_map(|v| v.parse::<f64>().ok()).sum())
+        .unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { sysconf(SC_CLK_TCK) }.max(1) as f64
 }
 
 /// The store node's and every live slave's stats at one moment.

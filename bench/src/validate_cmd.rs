@@ -101,7 +101,7 @@ use anyhow::Context;
 use model::{predict, App, Options, Params, Prediction, SharedCpu, Variant};
 use serde_json::json;
 
-use crate::cluster::{Cluster, ClusterConfig, JobResult};
+use crate::cluster::{cpu_seconds, Cluster, ClusterConfig, JobResult};
 use crate::params_cmd::{RAY_LEVEL, RAY_SAMPLES};
 use crate::report::Figure;
 
@@ -222,18 +222,6 @@ fn thesis_params(params: &Params) -> Params {
         ray_profile: None,
         ..warm(params)
     }
-}
-
-/// CPU seconds (user + system) a process used so far, from /proc.
-pub(crate) fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
-    // Fields after the parenthesised command name; utime, stime are 14, 15.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    (ticks(11) + ticks(12)) / hz
 }
 
 /// CPU seconds all cores spent busy so far (user, system, interrupts and
