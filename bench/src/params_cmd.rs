@@ -235,13 +235,22 @@ fn time_kernel<T>(min_secs: f64, mut setup: impl FnMut() -> T, mut op: impl FnMu
     median(&mut times)
 }
 
-/// Pushes the kernel's operands out of the CPU caches before each timed
-/// call, as in a job: a slave's kernels run on blocks it has just read,
-/// between other blocks and beside other processes, not on operands left
-/// in the caches by the previous call. (dgemm at b = 256 here: 49.8 Gflop/s
-/// on warm operands, 43.3 on operands cycled through 96 MiB; b = 1024: 51.8
-/// and 50.7. With kernels timed warm, the model predicted every b = 256
-/// Cholesky and LU job 15–25 % faster than it ran.)
+/// Pushes everything out of the CPU caches before each timed call, so
+/// that the call's operands are where they are in a job: a slave's
+/// kernels run on blocks its reads have just copied from the page cache
+/// (the copies in the caches, their sources not), between other blocks,
+/// not on operands left in the caches by the previous call. So each
+/// kernel's `setup` copies its operands from sources evicted here, as a
+/// read does, and the timed call finds the copies warm. (Timing the
+/// copies' sources cold instead, as the sweep did until 2026-11-25: dgemm
+/// at b = 256 ran 44–46 Gflop/s, against 52.1–52.7 with operands copied
+/// in and 52.2–52.9 warm, b = 512 49–51 against 51–53, b = 1024 the same;
+/// in a matmul job, n = 4096, one slave, its 4096 dgemms took 2.69 s of
+/// `kernel_ms`, 51.0 Gflop/s. `bench validate`, old and new sweep
+/// alternating twice: mean |error| 5.5 and 4.9 % before, 4.8 and 4.3 %
+/// after; largest 24.1 and 14.4 %, 12.0 and 15.8 %. Long ago, with kernels
+/// timed warm and without the per-task costs the model has now, it had
+/// predicted every b = 256 Cholesky and LU job 15–25 % faster than it ran.)
 struct CacheEvictor(Vec<u64>);
 
 impl CacheEvictor {
@@ -370,9 +379,13 @@ fn sweep_kernels(sizes: &[usize], min_secs: f64) -> KernelSweep {
         kernels::potrf_lower(&mut l).expect("diagonally dominant block is SPD");
         kernels::zero_strict_upper(&mut l);
         // The multiply task body: C += A·B (dgemm with beta = 1), 2b³ flop.
-        let t_mult = time_kernel(min_secs, || random_block(b, 3), |c| kernels::gemm(1.0, &a, false, &bb, false, 1.0, c));
+        let t_mult = time_kernel(
+            min_secs,
+            || (a.clone(), bb.clone(), random_block(b, 3)),
+            |(a, bb, c)| kernels::gemm(1.0, a, false, bb, false, 1.0, c),
+        );
         // Cholesky's panel: X·Lᵀ = B, b³ flop.
-        let t_solve = time_kernel(min_secs, || random_block(b, 4), |x| kernels::trsm_right_lower_trans(&l, x));
+        let t_solve = time_kernel(min_secs, || (l.clone(), random_block(b, 4)), |(l, x)| kernels::trsm_right_lower_trans(l, x));
         // Cholesky's diagonal block: b³/3 flop.
         let t_chol = time_kernel(min_secs, || spd.clone(), |x| {
             let _ = kernels::potrf_lower(x);
@@ -382,13 +395,13 @@ fn sweep_kernels(sizes: &[usize], min_secs: f64) -> KernelSweep {
             let _ = kernels::getrf(x);
         });
         // Cholesky's diagonal update: C −= A·Aᵀ, lower triangle, b³ flop.
-        let t_syrk = time_kernel(min_secs, || random_block(b, 5), |c| kernels::syrk_lower(-1.0, &a, 1.0, c));
+        let t_syrk = time_kernel(min_secs, || (a.clone(), random_block(b, 5)), |(a, c)| kernels::syrk_lower(-1.0, a, 1.0, c));
         // LU's solves, b³ flop each: L(i,k) = X·U⁻¹ and U(k,j) = L⁻¹·X, with
         // the factored diagonal block; half of LU's solve tasks are each.
         let mut d = spd.clone();
         kernels::lu_nopiv(&mut d).expect("diagonally dominant block");
-        let t_solve_l = time_kernel(min_secs, || random_block(b, 6), |x| kernels::trsm_right_upper(&d, x));
-        let t_solve_u = time_kernel(min_secs, || random_block(b, 7), |x| kernels::trsm_left_lower_unit(&d, x));
+        let t_solve_l = time_kernel(min_secs, || (d.clone(), random_block(b, 6)), |(d, x)| kernels::trsm_right_upper(d, x));
+        let t_solve_u = time_kernel(min_secs, || (d.clone(), random_block(b, 7)), |(d, x)| kernels::trsm_left_lower_unit(d, x));
         let t_lu_solve = 0.5 * (t_solve_l + t_solve_u);
         let cube = bf * bf * bf;
         k.lu_solve.push(Point { units: cube, secs: t_lu_solve });
