@@ -86,9 +86,10 @@
 //! longer in some runs (0.39 s in one, 0.46 s in another, 0.40 predicted
 //! both times), and at n = 8192 (`--n 8192`) most LU and Cholesky points
 //! are under-predicted, by 2–17 % (7 to 11 of 12 within 10 % in six runs
-//! before dag tasks released ahead of their puts, 9 after, 2026-11-25). What the parameters do not see:
-//! a task's reads wait although prefetched (0.6–1.1 ms a task of 8 or more
-//! blocks, about half of it the first read), and round trips made while
+//! before dag tasks released ahead of their puts, 9 after, 2026-11-25).
+//! What the parameters do not see: a task's reads wait although
+//! prefetched (0.6–1.1 ms a task of 8 or more blocks, about half of it the
+//! first read), and round trips made while
 //! both cores run kernels have a tail of a scheduler slice (`bench queue`,
 //! one client, beside two busy loops: p99 4.2 ms against 0.34). Single
 //! points move by up to 18 % between the runs of one grid on this host:

@@ -100,11 +100,13 @@ pub(super) fn update(
         return Ok((flops, (u_id, u)));
     }
     ctx.write_block(u_id, &u)?;
+    // Each X(i,j) −= L(i,k)·U(k,j) costs 2·rows·cols·u.rows flops.
+    flops += (k + 1..p).map(|i| 2.0 * (column[&i].rows * column[&i].cols * u.rows) as f64).sum::<f64>();
     for i in k + 1..p - 1 {
-        let x = multiply_below(ctx, lu, &mut column, &u, k, i, &mut flops)?;
+        let x = multiply_below(ctx, lu, &mut column, &u, k, i)?;
         ctx.write_block(lu.block_id(i, j), &x)?;
     }
-    let x = multiply_below(ctx, lu, &mut column, &u, k, p - 1, &mut flops)?;
+    let x = multiply_below(ctx, lu, &mut column, &u, k, p - 1)?;
     Ok((flops, (lu.block_id(p - 1, j), x)))
 }
 
@@ -116,11 +118,9 @@ fn multiply_below(
     u: &Block,
     k: u32,
     i: u32,
-    flops: &mut f64,
 ) -> Result<Block, TaskError> {
     let l = job::read_checked(ctx, lu, i, k)?;
     let mut x = column.remove(&i).expect("block rows below k were read");
     kernels::gemm(-1.0, &l, false, u, false, 1.0, &mut x);
-    *flops += 2.0 * (x.rows * x.cols * l.cols) as f64;
     Ok(x)
 }
