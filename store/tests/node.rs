@@ -32,16 +32,19 @@ async fn node() -> Node {
 #[derive(Clone, Copy, Debug)]
 enum Path {
     Unix,
+    /// The Unix socket with puts through the socket, not a pipe.
+    UnixSocket,
     Tcp,
     Grpc,
 }
-const PATHS: [Path; 3] = [Path::Unix, Path::Tcp, Path::Grpc];
+const PATHS: [Path; 4] = [Path::Unix, Path::UnixSocket, Path::Tcp, Path::Grpc];
 
 async fn node_over(path: Path) -> Node {
     let mut n = node().await;
     assert!(n.client.has_data_plane(), "a node serves the data plane by default");
     n.client = match path {
         Path::Unix => n.client,
+        Path::UnixSocket => n.client.puts_through_socket().await.unwrap(),
         Path::Tcp => n.client.blocks_over_tcp().await.unwrap(),
         Path::Grpc => n.client.blocks_over_grpc(),
     };

@@ -87,7 +87,9 @@ pub type Stream = Box<dyn Conn>;
 /// the pipe its puts' payloads take ([`splice`]).
 struct Local {
     socket: UnixStream,
-    pipe: PipeWriter,
+    /// `None` where this process could not make one (out of descriptors,
+    /// say): its puts go through the socket.
+    pipe: Option<PipeWriter>,
 }
 
 impl Conn for Local {
@@ -96,7 +98,7 @@ impl Conn for Local {
     }
 
     fn pipe(&self) -> Option<&PipeWriter> {
-        Some(&self.pipe)
+        self.pipe.as_ref()
     }
 }
 
@@ -137,13 +139,32 @@ pub(crate) struct DataPlane {
     target: Target,
     hello: Vec<u8>,
     idle: Mutex<Vec<Stream>>,
+    /// Set once a `vmsplice` failed for another reason than a closed pipe
+    /// (a sandbox that forbids it, say): new connections make no pipe, and
+    /// their puts go through the socket.
+    no_pipes: std::sync::atomic::AtomicBool,
 }
 
 impl DataPlane {
     /// Opens a first connection, so a wrong token or an unreachable port is
     /// known at once rather than on the first block.
     pub(crate) async fn connect(target: Target, token: Option<&str>) -> Result<DataPlane> {
-        let plane = DataPlane { target, hello: wire::encode_hello(token.unwrap_or("").as_bytes()), idle: Mutex::new(Vec::new()) };
+        let plane = DataPlane {
+            target,
+            hello: wire::encode_hello(token.unwrap_or("").as_bytes()),
+            idle: Mutex::new(Vec::new()),
+            no_pipes: Default::default(),
+        };
+        let first = plane.open().await?;
+        plane.give_back(first);
+        Ok(plane)
+    }
+
+    /// Another set of connections to the same data plane, whose puts go
+    /// through the socket rather than a pipe (to compare the two).
+    pub(crate) async fn without_pipes(&self) -> Result<DataPlane> {
+        let plane =
+            DataPlane { target: self.target.clone(), hello: self.hello.clone(), idle: Mutex::new(Vec::new()), no_pipes: true.into() };
         let first = plane.open().await?;
         plane.give_back(first);
         Ok(plane)
@@ -180,14 +201,24 @@ impl DataPlane {
         }
     }
 
-    /// Makes a local connection's pipe and hands the node its read end.
-    async fn give_pipe(&self, socket: &mut UnixStream) -> Result<PipeWriter> {
+    /// Makes a local connection's pipe and hands the node its read end;
+    /// `None` if no pipe could be made.
+    async fn give_pipe(&self, socket: &mut UnixStream) -> Result<Option<PipeWriter>> {
         let io = |e: std::io::Error| self.unavailable(format!("handing over a pipe: {e}"));
-        let (read, pipe) = splice::pipe().map_err(io)?;
+        if self.no_pipes.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let (read, pipe) = match splice::pipe() {
+            Ok(made) => made,
+            Err(e) => {
+                tracing::debug!("no pipe for a data plane connection ({e}); its puts go through the socket");
+                return Ok(None);
+            }
+        };
         fdpass::send_with_fds(socket, &Request::pipe().encode(), &[std::os::fd::AsFd::as_fd(&read)]).await.map_err(io)?;
         drop(read);
         match self.read_reply(socket).await? {
-            Ok(0) => Ok(pipe),
+            Ok(0) => Ok(Some(pipe)),
             Ok(len) => Err(self.unavailable(format!("a pipe answered with {len} bytes"))),
             Err(e) => Err(e),
         }
@@ -447,7 +478,12 @@ impl DataPlane {
         match s.pipe() {
             // The payload's pages stay untouched until the answer: the
             // caller's borrow of them outlives this call.
-            Some(pipe) if req.op == Op::PutSpliced => pipe.send(payload).await.map_err(send)?,
+            Some(pipe) if req.op == Op::PutSpliced => pipe.send(payload).await.map_err(|e| {
+                if e.kind() != std::io::ErrorKind::BrokenPipe {
+                    self.no_pipes.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                send(e)
+            })?,
             _ => s.write_all(payload).await.map_err(send)?,
         }
         match self.read_reply(s).await? {
