@@ -106,13 +106,27 @@ fn write_npy(path: &Path, m: &Mat) {
     std::fs::write(path, out).unwrap();
 }
 
+/// Runs `f` (a LAPACK call) on a thread with a 64 MiB stack. OpenBLAS
+/// 0.3.21's threaded dgetrf keeps a frame of about 540 KB on the stack
+/// (`sub rsp, 0x840c0` at the fault): on a test thread's 2 MiB it now and
+/// then overflowed (SIGSEGV in `libopenblasp`, in the kernel log, twice in
+/// 14 runs of this file on 2026-11-25): the whole test process died
+/// without its drops, and its orphaned store nodes and slaves kept its
+/// output pipe open, so the run looked hung. `apps::kernels::getrf` does
+/// the same for the slaves.
+fn on_big_stack(f: impl FnOnce() + Send) {
+    std::thread::scope(|s| {
+        std::thread::Builder::new().name("reference-lapack".into()).stack_size(64 << 20).spawn_scoped(s, f).unwrap().join().unwrap();
+    });
+}
+
 /// In-core LAPACK dpotrf: the lower factor, upper triangle zero.
 fn lapack_cholesky(a: &Mat) -> Mat {
     let n = a.rows;
     let mut l = a.clone();
     let mut info = 0;
     // SAFETY: n×n column-major with lda = n.
-    unsafe { lapack::dpotrf(b'L', n as i32, &mut l.data, n as i32, &mut info) };
+    on_big_stack(|| unsafe { lapack::dpotrf(b'L', n as i32, &mut l.data, n as i32, &mut info) });
     assert_eq!(info, 0, "LAPACK dpotrf of the input failed");
     for c in 1..n {
         for r in 0..c {
@@ -129,7 +143,7 @@ fn lapack_lu(a: &Mat) -> (Mat, Vec<u64>) {
     let mut ipiv = vec![0i32; n];
     let mut info = 0;
     // SAFETY: n×n column-major with lda = n, ipiv of length n.
-    unsafe { lapack::dgetrf(n as i32, n as i32, &mut lu.data, n as i32, &mut ipiv, &mut info) };
+    on_big_stack(|| unsafe { lapack::dgetrf(n as i32, n as i32, &mut lu.data, n as i32, &mut ipiv, &mut info) });
     assert_eq!(info, 0, "LAPACK dgetrf of the input failed");
     (lu, ipiv.iter().map(|&p| (p - 1) as u64).collect())
 }
@@ -389,7 +403,7 @@ impl Drop for Slaves {
 
 /// A slave logging at info level to `log`.
 fn logged_slave(store: &str, name: &str, log: &Path) -> Child {
-    Command::new(support::slave_exe())
+    support::dies_with_test(&mut Command::new(support::slave_exe()))
         .args(["--store", store, "--name", name])
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())

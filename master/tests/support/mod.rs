@@ -10,6 +10,24 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+/// Makes `cmd`'s process get SIGKILL when the test thread that starts it
+/// ends, however it ends. Drops kill the processes a test started; a test
+/// process that dies without them (a crash in a library) would otherwise
+/// leave its store nodes and slaves running, holding its output pipe open,
+/// and a `cargo test | grep` would wait for them for ever.
+pub fn dies_with_test(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: `prctl` is async-signal-safe, as `pre_exec` requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
 /// A store node process (`master serve`), SIGKILLed on drop.
 pub struct StoreProc {
     pub child: Child,
@@ -22,7 +40,7 @@ impl StoreProc {
     }
 
     pub fn start_on(data: &Path, listen: &str, extra: &[&str]) -> StoreProc {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_master"))
+        let mut child = dies_with_test(&mut Command::new(env!("CARGO_BIN_EXE_master")))
             .args(["serve", "--data", data.to_str().unwrap(), "--listen", listen])
             .args(extra)
             .env("RUST_LOG", "warn")
@@ -174,7 +192,7 @@ pub fn slave_exe() -> std::path::PathBuf {
 /// Starts a slave process; its log goes to stderr when `FT_VERBOSE` is set.
 pub fn slave(store: &str, name: &str, extra: &[&str]) -> Child {
     let verbose = std::env::var_os("FT_VERBOSE").is_some();
-    Command::new(slave_exe())
+    dies_with_test(&mut Command::new(slave_exe()))
         .args(["--store", store, "--name", name])
         .args(extra)
         .env("RUST_LOG", if verbose { "info" } else { "warn" })
