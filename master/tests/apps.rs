@@ -106,15 +106,21 @@ fn write_npy(path: &Path, m: &Mat) {
     std::fs::write(path, out).unwrap();
 }
 
-/// Runs `f` (a LAPACK call) on a thread with a 64 MiB stack. OpenBLAS
-/// 0.3.21's threaded dgetrf keeps a frame of about 540 KB on the stack
-/// (`sub rsp, 0x840c0` at the fault): on a test thread's 2 MiB it now and
-/// then overflowed (SIGSEGV in `libopenblasp`, in the kernel log, twice in
-/// 14 runs of this file on 2026-11-25): the whole test process died
-/// without its drops, and its orphaned store nodes and slaves kept its
-/// output pipe open, so the run looked hung. `apps::kernels::getrf` does
-/// the same for the slaves.
+/// Runs `f` (a LAPACK call) the way the slaves run theirs: OpenBLAS on
+/// one thread, one call at a time in this process, on a thread with a
+/// 64 MiB stack. The test threads called the threaded OpenBLAS 0.3.21 side
+/// by side on 2 MiB stacks: twice in 14 runs of this file on 2026-11-25
+/// the process died of a SIGSEGV in `libopenblasp` (`sub rsp, 0x840c0`
+/// at the fault, a 540 KB frame), and with only the big stack one run in
+/// eleven hung in the reference `dgetrf`. A dead test process left its
+/// store nodes and slaves holding its output pipe, so the run looked hung
+/// too (`support::dies_with_test` now ends them).
 fn on_big_stack(f: impl FnOnce() + Send) {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    static ONE_THREAD: std::sync::Once = std::sync::Once::new();
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // Under the lock: no other BLAS call is running.
+    ONE_THREAD.call_once(|| apps::kernels::set_blas_threads(1));
     std::thread::scope(|s| {
         std::thread::Builder::new().name("reference-lapack".into()).stack_size(64 << 20).spawn_scoped(s, f).unwrap().join().unwrap();
     });

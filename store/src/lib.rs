@@ -23,7 +23,6 @@ mod keys;
 mod node;
 mod open_files;
 mod rpc;
-mod spliced;
 mod undo;
 
 use std::net::SocketAddr;
