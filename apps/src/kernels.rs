@@ -308,8 +308,26 @@ fn lu_nopiv_rec(a: &mut [f64], n: usize, off: usize, m: usize) -> Result<(), usi
     lu_nopiv_rec(a, n, o2, m2)
 }
 
-/// Stack of the thread [`getrf`] runs LAPACK on.
-const GETRF_STACK_BYTES: usize = 64 << 20;
+/// Stack of the threads [`on_lapack_stack`] runs LAPACK on.
+const LAPACK_STACK_BYTES: usize = 64 << 20;
+
+/// Runs `f` (a LAPACK call) on a thread of its own with a 64 MiB stack and
+/// returns what it returns. OpenBLAS 0.3.21's threaded dgetrf keeps large
+/// buffers on the stack (a 540 KB frame): on an AMD EPYC (detected as
+/// Cooperlake) it overflowed the 2 MiB of a Rust test or tokio blocking
+/// thread and crashed with SIGSEGV. The spawn costs microseconds against a
+/// panel factorisation.
+pub fn on_lapack_stack<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("lapack".into())
+            .stack_size(LAPACK_STACK_BYTES)
+            .spawn_scoped(s, f)
+            .expect("spawning a LAPACK thread")
+            .join()
+            .expect("LAPACK thread panicked")
+    })
+}
 
 /// In-place LU with partial pivoting of a tall `m × n` panel (dgetrf).
 /// Returns LAPACK's `ipiv` made 0-based (row `r` was interchanged with row
@@ -321,23 +339,10 @@ pub fn getrf(a: &mut Block) -> (Vec<usize>, Result<(), usize>) {
     let mut ipiv = vec![0i32; k.max(1)];
     let mut info = 0;
     if k > 0 {
-        // OpenBLAS 0.3.21's threaded dgetrf keeps large buffers on the
-        // stack: on an AMD EPYC (detected as Cooperlake) it overflowed the
-        // 2 MiB of a Rust test or tokio blocking thread and crashed with
-        // SIGSEGV. It runs on a thread of its own with room to spare; the
-        // spawn costs microseconds against a panel factorisation.
         let (rows, cols) = (a.rows as i32, a.cols as i32);
         let (data, piv) = (&mut a.data, &mut ipiv);
-        timed(|| std::thread::scope(|s| {
-            std::thread::Builder::new()
-                .name("dgetrf".into())
-                .stack_size(GETRF_STACK_BYTES)
-                // SAFETY: lda = rows; ipiv has min(m,n) entries.
-                .spawn_scoped(s, || unsafe { lapack::dgetrf(rows, cols, data, ld(rows as usize), piv, &mut info) })
-                .expect("spawning the dgetrf thread")
-                .join()
-                .expect("dgetrf thread panicked");
-        }));
+        // SAFETY: lda = rows; ipiv has min(m,n) entries.
+        timed(|| on_lapack_stack(|| unsafe { lapack::dgetrf(rows, cols, data, ld(rows as usize), piv, &mut info) }));
     }
     let piv = ipiv[..k].iter().map(|&p| (p - 1).max(0) as usize).collect();
     let res = if info > 0 { Err(info as usize - 1) } else { Ok(()) };

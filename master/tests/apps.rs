@@ -108,22 +108,20 @@ fn write_npy(path: &Path, m: &Mat) {
 
 /// Runs `f` (a LAPACK call) the way the slaves run theirs: OpenBLAS on
 /// one thread, one call at a time in this process, on a thread with a
-/// 64 MiB stack. The test threads called the threaded OpenBLAS 0.3.21 side
+/// 64 MiB stack (`apps::kernels::on_lapack_stack`). The test threads called the threaded OpenBLAS 0.3.21 side
 /// by side on 2 MiB stacks: twice in 14 runs of this file on 2026-11-25
 /// the process died of a SIGSEGV in `libopenblasp` (`sub rsp, 0x840c0`
 /// at the fault, a 540 KB frame), and with only the big stack one run in
 /// eleven hung in the reference `dgetrf`. A dead test process left its
 /// store nodes and slaves holding its output pipe, so the run looked hung
 /// too (`support::dies_with_test` now ends them).
-fn on_big_stack(f: impl FnOnce() + Send) {
+fn reference_lapack(f: impl FnOnce() + Send) {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     static ONE_THREAD: std::sync::Once = std::sync::Once::new();
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // Under the lock: no other BLAS call is running.
     ONE_THREAD.call_once(|| apps::kernels::set_blas_threads(1));
-    std::thread::scope(|s| {
-        std::thread::Builder::new().name("reference-lapack".into()).stack_size(64 << 20).spawn_scoped(s, f).unwrap().join().unwrap();
-    });
+    apps::kernels::on_lapack_stack(f);
 }
 
 /// In-core LAPACK dpotrf: the lower factor, upper triangle zero.
@@ -132,7 +130,7 @@ fn lapack_cholesky(a: &Mat) -> Mat {
     let mut l = a.clone();
     let mut info = 0;
     // SAFETY: n×n column-major with lda = n.
-    on_big_stack(|| unsafe { lapack::dpotrf(b'L', n as i32, &mut l.data, n as i32, &mut info) });
+    reference_lapack(|| unsafe { lapack::dpotrf(b'L', n as i32, &mut l.data, n as i32, &mut info) });
     assert_eq!(info, 0, "LAPACK dpotrf of the input failed");
     for c in 1..n {
         for r in 0..c {
@@ -149,7 +147,7 @@ fn lapack_lu(a: &Mat) -> (Mat, Vec<u64>) {
     let mut ipiv = vec![0i32; n];
     let mut info = 0;
     // SAFETY: n×n column-major with lda = n, ipiv of length n.
-    on_big_stack(|| unsafe { lapack::dgetrf(n as i32, n as i32, &mut lu.data, n as i32, &mut ipiv, &mut info) });
+    reference_lapack(|| unsafe { lapack::dgetrf(n as i32, n as i32, &mut lu.data, n as i32, &mut ipiv, &mut info) });
     assert_eq!(info, 0, "LAPACK dgetrf of the input failed");
     (lu, ipiv.iter().map(|&p| (p - 1) as u64).collect())
 }
