@@ -255,8 +255,15 @@ impl JobStatus {
         self.per_bag.iter().map(|b| b.dead).sum()
     }
 
+    /// Marked finished with tasks not committed: a slave took a bag for
+    /// empty while it was not. Never expected; said as a failure rather
+    /// than leaving a partial result to pass as the job's.
+    pub(crate) fn finished_short(&self) -> bool {
+        self.finished_ms.is_some() && self.n_done() < self.record.total_tasks()
+    }
+
     pub(crate) fn state(&self) -> &'static str {
-        if self.failed.is_some() || self.n_dead() > 0 {
+        if self.failed.is_some() || self.n_dead() > 0 || self.finished_short() {
             "failed"
         } else if self.finished_ms.is_some() {
             "succeeded"
@@ -269,6 +276,15 @@ impl JobStatus {
 pub(crate) async fn job_status(client: &Client, id: Uuid) -> anyhow::Result<JobStatus> {
     let raw = client.peek_small(&record::job_key(id)).await?.with_context(|| format!("no job {id}"))?;
     let record: JobRecord = serde_json::from_slice(&raw).context("unreadable job record")?;
+    // The end records before the task records: every task record a slave
+    // committed before it marked the job finished is then in the scan
+    // (read the other way round, a job that ended in between looked
+    // finished short of its last tasks).
+    let failed = match client.peek_small(&record::failed_key(id)).await? {
+        Some(v) => Some(serde_json::from_slice(&v).context("unreadable failure record")?),
+        None => None,
+    };
+    let finished_ms = client.peek_small(&record::finished_key(id)).await?.map(|v| u64::from_le_bytes(v[..8].try_into().unwrap_or([0; 8])));
     let mut done_by_bag: BTreeMap<usize, usize> = BTreeMap::new();
     let mut done = Vec::new();
     for (k, v) in client.scan_small(&record::done_prefix(id), 0).await? {
@@ -288,11 +304,6 @@ pub(crate) async fn job_status(client: &Client, id: Uuid) -> anyhow::Result<JobS
             dead: s.dead,
         });
     }
-    let failed = match client.peek_small(&record::failed_key(id)).await? {
-        Some(v) => Some(serde_json::from_slice(&v).context("unreadable failure record")?),
-        None => None,
-    };
-    let finished_ms = client.peek_small(&record::finished_key(id)).await?.map(|v| u64::from_le_bytes(v[..8].try_into().unwrap_or([0; 8])));
     Ok(JobStatus { record, per_bag, failed, finished_ms, done })
 }
 
@@ -320,7 +331,12 @@ pub(crate) async fn resolve(client: &Client, job: &str) -> anyhow::Result<Uuid> 
 fn failure_line(s: &JobStatus) -> String {
     match &s.failed {
         Some(f) => format!("failed: {} (task {} of bag {}, slave {})", f.reason, f.task, f.bag, f.slave),
-        None => format!("failed: {} task(s) dead-lettered after repeated slave deaths", s.n_dead()),
+        None if s.n_dead() > 0 => format!("failed: {} task(s) dead-lettered after repeated slave deaths", s.n_dead()),
+        None => format!(
+            "failed: marked finished with {} of {} tasks committed; its output is incomplete (a store or slave bug: please report it)",
+            s.n_done(),
+            s.record.total_tasks()
+        ),
     }
 }
 
@@ -444,4 +460,26 @@ pub(crate) struct JobArg {
 
 pub(crate) async fn slaves(client: &Client) -> anyhow::Result<usize> {
     Ok(client.list_sessions().await?.iter().filter(|s| !s.client_name.starts_with("master")).count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(n_tasks: usize, done: usize, finished: bool) -> JobStatus {
+        let params = apps::raytrace::RenderParams { level: 0, width: 4, height: n_tasks as u32, grain: 1, samples: 1 };
+        let spec = JobSpec::Raytrace { job: Uuid::new_v4(), name: "img".into(), params };
+        let record = JobRecord { spec, bags: vec!["b".into()], n_tasks: vec![n_tasks], submitted_ms: 0 };
+        let one = TaskDone { count: 1, flops: 0.0, slave: "s".into(), attempts: 0, finished_ms: 1, compute_ms: 1 };
+        JobStatus { record, per_bag: vec![], failed: None, finished_ms: finished.then_some(1), done: vec![one; done] }
+    }
+
+    #[test]
+    fn a_job_marked_finished_short_of_tasks_has_failed_and_says_so() {
+        assert_eq!(status(3, 3, true).state(), "succeeded");
+        assert_eq!(status(3, 1, false).state(), "running");
+        let short = status(3, 1, true);
+        assert_eq!(short.state(), "failed");
+        assert!(failure_line(&short).contains("1 of 3 tasks committed"), "{}", failure_line(&short));
+    }
 }

@@ -46,7 +46,8 @@ pub enum Dequeue {
     Task(Dequeued),
     /// No elements at all: the bag is done.
     Empty,
-    /// Elements remain but other actions hold them all: wait.
+    /// Elements remain but other actions hold them all, or a commit that
+    /// adds them is still being written: wait.
     NoneAvailable,
 }
 
@@ -93,12 +94,16 @@ struct Bag {
     /// dequeue costs O(log n) whatever the queue length.
     free: BTreeMap<u64, Entry>,
     taken: HashMap<u64, (ActionId, Entry)>,
+    /// Elements of commits whose batch is being written: the store may
+    /// already show what those commits wrote (a job record, say) while the
+    /// elements are not free yet, and a bag with such elements is not empty.
+    incoming: usize,
     next_seq: u64,
 }
 
 impl Bag {
     fn is_empty(&self) -> bool {
-        self.free.is_empty() && self.taken.is_empty()
+        self.free.is_empty() && self.taken.is_empty() && self.incoming == 0
     }
 }
 
@@ -140,7 +145,7 @@ impl Bags {
     pub fn dequeue(&mut self, action: ActionId, bag: &str) -> Dequeue {
         let Some(b) = self.bags.get_mut(bag) else { return Dequeue::Empty };
         let Some((seq, entry)) = b.free.pop_first() else {
-            return if b.taken.is_empty() { Dequeue::Empty } else { Dequeue::NoneAvailable };
+            return if b.is_empty() { Dequeue::Empty } else { Dequeue::NoneAvailable };
         };
         let out = Dequeued {
             bag: bag.to_owned(),
@@ -227,6 +232,7 @@ impl Bags {
             let b = self.bags.entry(bag.clone()).or_default();
             let seq = b.next_seq;
             b.next_seq += 1;
+            b.incoming += 1;
             c.puts.push((bag, seq, payload));
         }
         let mut out: Vec<Mutation> =
@@ -254,11 +260,13 @@ impl Bags {
             }
             touched.push(bag);
         }
-        if durable {
-            for (bag, seq, payload) in c.puts {
-                self.bags.get_mut(&bag).expect("reserved").free.insert(seq, Entry { payload, attempts: 0, returns: 0 });
-                touched.push(bag);
+        for (bag, seq, payload) in c.puts {
+            let b = self.bags.get_mut(&bag).expect("reserved");
+            b.incoming -= 1;
+            if durable {
+                b.free.insert(seq, Entry { payload, attempts: 0, returns: 0 });
             }
+            touched.push(bag);
         }
         touched.sort();
         touched.dedup();

@@ -42,6 +42,30 @@ fn empty_and_none_available_differ() {
     assert_eq!(bags.dequeue(ActionId(3), "b"), Dequeue::Empty);
 }
 
+/// A commit's batch is visible in the store (its job record, say) before
+/// its elements are free: in between, the bag is not empty. (Slaves that
+/// saw a new job's record and got `Empty` marked the job finished before
+/// any of its tasks ran.)
+#[test]
+fn a_bag_whose_elements_are_being_committed_is_not_empty() {
+    let mut bags = Bags::new(3);
+    bags.enqueue(ActionId(1), "new", b"t".to_vec());
+    bags.prepare_commit(ActionId(1));
+    assert_eq!(bags.dequeue(ActionId(2), "new"), Dequeue::NoneAvailable);
+    assert!(!bags.is_empty("new"));
+    assert_eq!(bags.finish_commit(ActionId(1), true), vec!["new".to_string()], "waiters are woken");
+    assert_eq!(take(&mut bags, 2, "new").payload, b"t");
+
+    // A batch that failed leaves the bag as it was, and wakes the waiters
+    // so that they see it.
+    bags.enqueue(ActionId(3), "lost", b"t".to_vec());
+    bags.prepare_commit(ActionId(3));
+    assert_eq!(bags.dequeue(ActionId(4), "lost"), Dequeue::NoneAvailable);
+    assert_eq!(bags.finish_commit(ActionId(3), false), vec!["lost".to_string()]);
+    assert_eq!(bags.dequeue(ActionId(4), "lost"), Dequeue::Empty);
+    assert!(bags.is_empty("lost"));
+}
+
 #[test]
 fn several_dequeues_in_one_action_and_enqueues_visible_only_after_commit() {
     let mut bags = Bags::new(3);

@@ -9,6 +9,7 @@
 //! its action aborts and the task goes back to the bag, first in line.
 
 mod ctx;
+pub mod kill_point;
 pub mod record;
 mod worker;
 

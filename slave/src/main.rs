@@ -32,6 +32,10 @@ struct Args {
     /// of the bag is held by other slaves.
     #[arg(long, default_value_t = 2000)]
     dequeue_wait_ms: u64,
+    /// Crash tests: SIGKILL this slave at PLACE of its N-th task
+    /// (PLACE:N; PLACE one of dequeued, computed, before-commit).
+    #[arg(long, value_name = "PLACE:N")]
+    kill_at: Option<slave::kill_point::KillPoint>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -54,6 +58,7 @@ fn main() -> anyhow::Result<()> {
         exit_when_idle: args.exit_when_idle,
         job: args.job,
         dequeue_wait: Duration::from_millis(args.dequeue_wait_ms),
+        kill_point: args.kill_at,
     };
     // One worker thread: the task computes on a blocking thread, and the
     // runtime only moves blocks and small requests. With two workers every

@@ -10,6 +10,7 @@ use store_client::{Action, Client, Dequeue, Session, StoreError, Task};
 use uuid::Uuid;
 
 use crate::ctx::{LargestBlock, StoreCtx, Writes};
+use crate::kill_point::{KillPlace, KillPoint, KillSwitch};
 use crate::record::{self, Failure, JobRecord, TaskDone};
 
 /// How a slave runs.
@@ -24,6 +25,8 @@ pub struct SlaveConfig {
     pub job: Option<Uuid>,
     /// How long one blocking dequeue waits on the node.
     pub dequeue_wait: Duration,
+    /// Crash tests: where this slave SIGKILLs itself.
+    pub kill_point: Option<KillPoint>,
 }
 
 /// Runs the slave until it is idle (with `exit_when_idle`) or killed.
@@ -75,6 +78,7 @@ struct Slave {
     largest_block: Arc<LargestBlock>,
     /// The submit counter as read just before the last scan for jobs.
     submitted: u64,
+    kill: Arc<KillSwitch>,
 }
 
 impl Slave {
@@ -82,7 +86,17 @@ impl Slave {
         let client = Client::connect_retrying(&config.store, config.token.as_deref(), None).await?;
         let session = client.open_session(&config.name).await?;
         tracing::info!(session = session.id(), "slave {} connected to {}", config.name, config.store);
-        Ok(Slave { config, client, session, finishing: None, in_flight: Arc::new(AtomicUsize::new(0)), largest_block: Arc::default(), submitted: 0 })
+        let kill = Arc::new(KillSwitch::new(config.kill_point));
+        Ok(Slave {
+            config,
+            client,
+            session,
+            finishing: None,
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            largest_block: Arc::default(),
+            submitted: 0,
+            kill,
+        })
     }
 
     async fn reconnect(&mut self) -> Result<(), StoreError> {
@@ -149,7 +163,10 @@ impl Slave {
                         break;
                     }
                     Ok(Dequeue::NoneAvailable) => action.abort().await?,
-                    Ok(Dequeue::Task(task)) => self.run_one(&job, index, action, task).await?,
+                    Ok(Dequeue::Task(task)) => {
+                        self.kill.reached(KillPlace::Dequeued);
+                        self.run_one(&job, index, action, task).await?
+                    }
                     Err(e) => {
                         let _ = action.abort().await;
                         return Err(e);
@@ -253,6 +270,7 @@ impl Slave {
         );
         match outcome {
             Ok(outcome) => {
+                self.kill.reached(KillPlace::Computed);
                 let done = TaskDone {
                     count: 0,
                     flops: outcome.flops,
@@ -267,7 +285,8 @@ impl Slave {
                 let waited = Instant::now();
                 self.settle().await?;
                 tracing::debug!(ms = waited.elapsed().as_secs_f64() * 1e3, "previous ending settled");
-                self.finishing = Some(tokio::spawn(finish_task(self.session.clone(), id, action, writes, key, done, task)));
+                let ending = Ending { session: self.session.clone(), job: id, action, writes, key, done, task, kill: self.kill.clone() };
+                self.finishing = Some(tokio::spawn(finish_task(ending)));
                 Ok(())
             }
             Err(e) => match e.class() {
@@ -298,19 +317,25 @@ impl Slave {
     }
 }
 
-/// The end of a task that computed: waits for its block puts, records it
-/// done (counting earlier commits of the same task, which must not exist),
-/// commits. A put that failed aborts the action: the task goes back to the
-/// bag whole, as if the slave had died.
-async fn finish_task(
+/// What the end of a task that computed needs.
+struct Ending {
     session: Session,
     job: Uuid,
     action: Action,
     writes: Writes,
+    /// Its task record's key, and the record.
     key: String,
-    mut done: TaskDone,
+    done: TaskDone,
     task: Task,
-) -> Result<(), StoreError> {
+    kill: Arc<KillSwitch>,
+}
+
+/// The end of a task that computed: waits for its block puts, records it
+/// done (counting earlier commits of the same task, which must not exist),
+/// commits. A put that failed aborts the action: the task goes back to the
+/// bag whole, as if the slave had died.
+async fn finish_task(ending: Ending) -> Result<(), StoreError> {
+    let Ending { session, job, action, writes, key, mut done, task, kill } = ending;
     if let Err(e) = writes.finish().await {
         let _ = action.abort().await;
         if e.is_retryable() || matches!(e, StoreError::ActionAborted { .. }) {
@@ -326,6 +351,7 @@ async fn finish_task(
     done.count = before.and_then(|v| serde_json::from_slice::<TaskDone>(&v).ok()).map_or(0, |d| d.count) + 1;
     done.finished_ms = record::now_ms();
     action.write_small(&key, &serde_json::to_vec(&done).expect("plain struct")).await?;
+    kill.reached(KillPlace::BeforeCommit);
     let id = action.id();
     match action.commit().await {
         Ok(()) => {

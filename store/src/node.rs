@@ -38,6 +38,12 @@ pub struct NodeConfig {
     /// undo, as a disk that filled up in between would: the node then
     /// stops writing until it is restarted.
     pub fail_sync_and_undo: bool,
+    /// Test hook (with `test_hooks`): how long every top-level commit
+    /// waits between its batch becoming durable (and visible to reads
+    /// that take no lock) and its locks and queue elements changing. The
+    /// window is microseconds wide on an idle machine and milliseconds on
+    /// a loaded one; tests widen it to check what readers see inside it.
+    pub hold_after_batch: Duration,
 }
 
 impl Default for NodeConfig {
@@ -49,6 +55,7 @@ impl Default for NodeConfig {
             test_hooks: false,
             crash_after_batch: false,
             fail_sync_and_undo: false,
+            hold_after_batch: Duration::ZERO,
         }
     }
 }
@@ -301,6 +308,9 @@ impl Node {
         } else {
             self.db.commit(writes, q).await
         };
+        if self.config.test_hooks && !self.config.hold_after_batch.is_zero() {
+            tokio::time::sleep(self.config.hold_after_batch).await;
+        }
         {
             let mut core = self.core();
             let woken = core.actions.finish_commit(action);

@@ -330,6 +330,38 @@ async fn queue_over_the_wire_empty_none_available_blocking_dequeue_and_old_posit
     assert_eq!(c.dequeue("never-made", Duration::ZERO).await.unwrap(), Dequeue::Empty);
 }
 
+/// A commit is visible to reads without locks (a slave's scan for job
+/// records) a moment before its queue elements are free. A dequeue in that
+/// moment must say "wait", not "empty": a slave took "empty" for a finished
+/// job and marked it so before any task had run (seen as a missing grain
+/// and a never-written block in loaded test runs).
+#[tokio::test]
+async fn a_bag_whose_commit_is_visible_but_unfinished_is_not_empty() {
+    let n = node_with(|c| c.node.hold_after_batch = Duration::from_millis(400)).await;
+    let submit = n.client.open_session("submit").await.unwrap();
+    let a = submit.begin().await.unwrap();
+    a.write_small("job/1", b"record").await.unwrap();
+    a.enqueue("job/1/bag", b"task").await.unwrap();
+    let commit = tokio::spawn(async move { a.commit().await });
+
+    let started = Instant::now();
+    while n.client.peek_small("job/1").await.unwrap().is_none() {
+        assert!(started.elapsed() < Duration::from_secs(10), "the commit never became visible");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let slave = n.client.open_session("slave").await.unwrap();
+    let d = slave.begin().await.unwrap();
+    let first = d.dequeue("job/1/bag", Duration::ZERO).await.unwrap();
+    assert!(!commit.is_finished(), "the test hook holds the commit open");
+    assert_eq!(first, Dequeue::NoneAvailable, "a bag whose elements are being committed is not empty");
+    let Dequeue::Task(t) = d.dequeue("job/1/bag", Duration::from_secs(10)).await.unwrap() else { panic!("the waiter is woken") };
+    assert_eq!(t.payload, b"task");
+    commit.await.unwrap().unwrap();
+    d.commit().await.unwrap();
+    let e = slave.begin().await.unwrap();
+    assert_eq!(e.dequeue("job/1/bag", Duration::ZERO).await.unwrap(), Dequeue::Empty);
+}
+
 #[tokio::test]
 async fn bad_input_gets_typed_errors_and_loses_nothing() {
     for path in PATHS {
