@@ -387,13 +387,7 @@ impl Slaves {
     }
 
     fn spawn(&mut self) {
-        self.spawn_with(&[]);
-    }
-
-    /// A slave with `more` arguments besides the common ones.
-    fn spawn_with(&mut self, more: &[&str]) {
-        let mut extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
-        extra.extend_from_slice(more);
+        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
         self.running.push(slave(&self.store, &format!("slave-{}", self.started), &extra));
         self.started += 1;
     }
@@ -426,65 +420,16 @@ fn seed() -> u64 {
     std::env::var("FT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(7)
 }
 
-/// Runs a submitted job with 3 slaves. With `kills > 0`, the first
-/// `kills` slaves started carry seeded kill points (`slave --kill-at`: a
-/// place in a task, and whether their first or second task) where they
-/// SIGKILL themselves; each death is replaced at once, by a slave with the
-/// next kill point while any remain, then by plain slaves. Returns the
+/// Runs a submitted job with 3 slaves, the first `kills` of them with
+/// seeded kill points (`support::run_slaves_with_kill_points`). Returns the
 /// kills that landed while the job ran.
-///
-/// (Kills from outside, made when the count of committed tasks crossed
-/// seeded thresholds, landed fewer the more loaded the machine: fresh
-/// slaves ran three or four tasks before the test's next look, and CI saw
-/// a 45-task render end after nine. A kill point lands inside a task
-/// whatever the timing: until the last kill point is handed out, every
-/// slave has one, and each dies within its first two tasks.)
 fn run_with_kills(env: &Env, job: Uuid, total: usize, kills: usize, seed: u64) -> usize {
-    use std::os::unix::process::ExitStatusExt;
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let mut points: Vec<String> = (0..kills)
-        .map(|_| {
-            let place = slave::kill_point::KillPlace::ALL[rng.gen_range(0..3)];
-            format!("{}:{}", place.name(), rng.gen_range(1..=2))
-        })
-        .collect();
-    points.reverse();
-    let mut slaves = Slaves::start(env.s(), 0, &[]);
-    let mut carried = Vec::new();
-    let mut spawn = |slaves: &mut Slaves, carried: &mut Vec<Option<String>>| {
-        let point = points.pop();
-        match &point {
-            Some(p) => slaves.spawn_with(&["--kill-at", p]),
-            None => slaves.spawn(),
-        }
-        carried.push(point);
-    };
-    for _ in 0..3 {
-        spawn(&mut slaves, &mut carried);
-    }
-    let mut made = Vec::new();
     let start = Instant::now();
-    loop {
+    let made = support::run_slaves_with_kill_points(env.s(), 3, kills, seed, || {
         assert!(start.elapsed() < Duration::from_secs(120), "job {job} stalled at {} tasks", env.done(job).len());
-        if env.peek(&record::finished_key(job)).is_some() || env.peek(&record::failed_key(job)).is_some() {
-            break;
-        }
-        let mut k = 0;
-        while k < slaves.running.len() {
-            let Some(status) = slaves.running[k].try_wait().unwrap() else {
-                k += 1;
-                continue;
-            };
-            slaves.kill(k); // reaped already: only drops it
-            let point = carried.remove(k);
-            assert!(status.signal() == Some(9) && point.is_some(), "a slave (kill point {point:?}) ended on its own: {status}");
-            made.push(point.unwrap());
-            spawn(&mut slaves, &mut carried);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        env.peek(&record::finished_key(job)).is_some() || env.peek(&record::failed_key(job)).is_some()
+    });
     wait_ok(env.s(), job);
-    drop(slaves);
     let redone = env.done(job).iter().filter(|(_, d)| d.attempts > 0).count();
     eprintln!("job {job} ({total} tasks): {} kills, at {made:?}; {redone} task(s) redone after a kill", made.len());
     if kills > 0 {

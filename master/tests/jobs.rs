@@ -6,7 +6,6 @@ mod support;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rand::{Rng, SeedableRng};
 use store_client::Client;
 use support::{master, master_ok, runtime, slave, slave_exe, StoreProc};
 
@@ -37,26 +36,21 @@ fn multiplies_of_several_shapes_match_in_core_dgemm() {
     slaves.into_iter().for_each(kill);
 }
 
-/// Runs C = A·B with `n_slaves` slaves; with a seed, SIGKILLs a random slave
-/// at seeded moments (at least `min_kills` times) and starts a replacement.
-/// Returns the job id and the number of kills.
-fn run_with_kills(store: &str, out: &str, n_slaves: usize, kill_seed: Option<u64>, min_kills: usize) -> (String, usize) {
+/// Runs C = A·B with `n_slaves` slaves; with a seed, the first `kills` of
+/// them carry seeded kill points (`support::run_slaves_with_kill_points`).
+/// Returns the job id and the kills that landed while the job ran.
+fn run_with_kills(store: &str, out: &str, n_slaves: usize, kill_seed: Option<u64>, kills: usize) -> (String, usize) {
     let job = master_ok(store, &["submit", "matmul", "A", "B", "--out", out]);
-    let mut slaves: Vec<Child> = (0..n_slaves).map(|k| slave(store, &format!("slave-{k}"), &[])).collect();
-    let mut kills = 0;
-    if let Some(seed) = kill_seed {
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-        while kills < min_kills {
-            std::thread::sleep(Duration::from_millis(rng.gen_range(100..400)));
-            let victim = rng.gen_range(0..slaves.len());
-            kill(slaves.remove(victim));
-            slaves.push(slave(store, &format!("slave-r{kills}"), &[]));
-            kills += 1;
-        }
-    }
+    let id: uuid::Uuid = job.parse().unwrap();
+    let rt = runtime();
+    let c = rt.block_on(Client::connect(store, None)).unwrap();
+    let ended = || {
+        let peek = |k: String| rt.block_on(c.peek_small(&k)).unwrap().is_some();
+        peek(slave::record::finished_key(id)) || peek(slave::record::failed_key(id))
+    };
+    let made = support::run_slaves_with_kill_points(store, n_slaves, if kill_seed.is_some() { kills } else { 0 }, kill_seed.unwrap_or(0), ended);
     master_ok(store, &["wait", &job]);
-    slaves.into_iter().for_each(kill);
-    (job, kills)
+    (job, made.len())
 }
 
 #[test]
@@ -72,7 +66,7 @@ fn ten_slave_kills_leave_the_product_bit_identical_and_every_task_committed_once
     create(s, "B", 1280, 1280, 128, 2);
     let (clean, _) = run_with_kills(s, "C_clean", 3, None, 0);
     let (killed, kills) = run_with_kills(s, "C_killed", 3, Some(seed), 10);
-    assert!(kills >= 10);
+    assert!(kills >= 10, "only {kills} kills landed while the job ran");
     let rt = runtime();
     rt.block_on(async {
         let c = Client::connect(s, None).await.unwrap();
@@ -86,10 +80,13 @@ fn ten_slave_kills_leave_the_product_bit_identical_and_every_task_committed_once
         for job in [&clean, &killed] {
             let done = c.scan_small(&format!("done/{job}/"), 0).await.unwrap();
             assert_eq!(done.len(), 100, "every task has its record");
+            let mut redone = 0;
             for (k, v) in done {
                 let d: slave::record::TaskDone = serde_json::from_slice(&v).unwrap();
                 assert_eq!(d.count, 1, "{k} committed {} times", d.count);
+                redone += usize::from(d.attempts > 0);
             }
+            assert_eq!(redone > 0, job == &killed, "job {job}: {redone} task(s) redone after a kill");
         }
     });
     let status = master_ok(s, &["status", &killed]);

@@ -202,6 +202,69 @@ pub fn slave(store: &str, name: &str, extra: &[&str]) -> Child {
         .expect("spawn slave")
 }
 
+/// Runs `n` slaves until `ended()` says so, the first `kills` of them with
+/// seeded kill points (`slave --kill-at`: a place in a task, and whether
+/// their first or second task) where they SIGKILL themselves. Each death is
+/// replaced at once by a slave with the next kill point while any remain;
+/// plain slaves start only once every kill point has fired. Returns the
+/// kill points that fired before the end.
+///
+/// (Kills from outside, made when the count of committed tasks crossed
+/// seeded thresholds, landed fewer the more loaded the machine: fresh
+/// slaves ran three or four tasks before the test's next look, and CI saw
+/// a 45-task render end after nine. A kill point lands inside a task
+/// whatever the timing: until the last one fires only slaves with one
+/// run, and each dies within its first two tasks. Plain slaves started
+/// beside the last of them took a multi-step job's last, narrow steps
+/// first: nine kills once.)
+pub fn run_slaves_with_kill_points(store: &str, n: usize, kills: usize, seed: u64, mut ended: impl FnMut() -> bool) -> Vec<String> {
+    use rand::{Rng, SeedableRng};
+    use std::os::unix::process::ExitStatusExt;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut points: Vec<String> = (0..kills)
+        .map(|_| {
+            let place = slave::kill_point::KillPlace::ALL[rng.gen_range(0..3)];
+            format!("{}:{}", place.name(), rng.gen_range(1..=2))
+        })
+        .collect();
+    points.reverse();
+    // (process, its kill point)
+    let mut slaves: Vec<(Child, Option<String>)> = Vec::new();
+    let mut started = 0;
+    let mut spawn = |slaves: &mut Vec<(Child, Option<String>)>, points: &mut Vec<String>| {
+        let point = points.pop();
+        let extra: Vec<&str> = point.as_deref().map(|p| vec!["--kill-at", p]).unwrap_or_default();
+        slaves.push((slave(store, &format!("slave-{started}"), &extra), point));
+        started += 1;
+    };
+    for _ in 0..n {
+        spawn(&mut slaves, &mut points);
+    }
+    let mut fired = Vec::new();
+    let mut owed = 0;
+    while !ended() {
+        let mut k = 0;
+        while k < slaves.len() {
+            let Some(status) = slaves[k].0.try_wait().unwrap() else {
+                k += 1;
+                continue;
+            };
+            let (_, point) = slaves.remove(k);
+            assert!(status.signal() == Some(9) && point.is_some(), "a slave (kill point {point:?}) ended on its own: {status}");
+            fired.extend(point);
+            owed += 1;
+        }
+        let points_left = fired.len() < kills;
+        while owed > 0 && (!points.is_empty() || !points_left) {
+            spawn(&mut slaves, &mut points);
+            owed -= 1;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    slaves.into_iter().for_each(|(c, _)| kill_child(c));
+    fired
+}
+
 /// SIGKILLs a child and reaps it.
 pub fn kill_child(mut c: Child) {
     let _ = c.kill();
