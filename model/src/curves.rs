@@ -86,6 +86,19 @@ impl KernelCurves {
         }
     }
 
+    /// Both measurements' points, the faster where both timed a size: the
+    /// rates of the least disturbed of several timings.
+    pub fn fastest_of(&self, other: &KernelCurves) -> KernelCurves {
+        KernelCurves {
+            multiply: fastest(&self.multiply, &other.multiply),
+            solve: fastest(&self.solve, &other.solve),
+            factor: fastest(&self.factor, &other.factor),
+            lu: fastest(&self.lu, &other.lu),
+            syrk: fastest(&self.syrk, &other.syrk),
+            lu_solve: fastest(&self.lu_solve, &other.lu_solve),
+        }
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ParamsError> {
         for (name, k) in [
             ("multiply", Kernel::Multiply),
@@ -126,6 +139,17 @@ pub fn merge(old: &[[f64; 2]], new: &[[f64; 2]]) -> Vec<[f64; 2]> {
     let mut out: Vec<[f64; 2]> = old.iter().filter(|o| !new.iter().any(|n| same_flop(n[0], o[0]))).copied().collect();
     out.extend_from_slice(new);
     out.sort_by(|a, b| a[0].total_cmp(&b[0]));
+    out
+}
+
+/// Both curves' points in order; where both have a size, the fewer seconds.
+pub fn fastest(a: &[[f64; 2]], b: &[[f64; 2]]) -> Vec<[f64; 2]> {
+    let mut out = merge(a, b);
+    for p in &mut out {
+        if let Some(q) = a.iter().find(|q| same_flop(q[0], p[0])) {
+            p[1] = p[1].min(q[1]);
+        }
+    }
     out
 }
 
@@ -176,6 +200,15 @@ mod tests {
         assert_eq!(merged.multiply, vec![[1e6, 1e-4], [2e6, 1.5e-4], [8e6, 3e-4]]);
         assert_eq!(merged.solve, file.solve);
         assert!(merged.validate().is_ok());
+    }
+
+    #[test]
+    fn the_fastest_of_two_timings_keeps_every_size_and_the_fewer_seconds() {
+        let a = [[1.0, 2.0], [4.0, 3.0]];
+        let b = [[1.0, 1.5], [2.0, 9.0], [4.0, 5.0]];
+        assert_eq!(fastest(&a, &b), vec![[1.0, 1.5], [2.0, 9.0], [4.0, 3.0]]);
+        assert_eq!(fastest(&b, &a), fastest(&a, &b));
+        assert_eq!(fastest(&[], &a), a.to_vec());
     }
 
     #[test]
