@@ -75,8 +75,10 @@ pub(crate) struct Args {
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
     /// How blocks travel: the data plane's Unix socket (what a client on
-    /// the node's machine uses), its TCP port (what a remote client uses),
-    /// or the gRPC stream RPCs.
+    /// the node's machine uses; puts' payloads through a pipe beside it),
+    /// the same with puts' payloads through the socket itself
+    /// (`unix-socket`, to compare), its TCP port (what a remote client
+    /// uses), or the gRPC stream RPCs.
     #[arg(long, value_enum, default_value_t = Via::Unix)]
     via: Via,
     /// Most blocks per `get_blocks` in the store's get passes (1..=64);
@@ -89,6 +91,9 @@ pub(crate) struct Args {
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub(crate) enum Via {
     Unix,
+    /// The Unix socket, puts through the socket itself rather than the
+    /// connection's pipe.
+    UnixSocket,
     Tcp,
     Grpc,
 }
@@ -98,6 +103,7 @@ impl Via {
         let c = Client::connect(addr, None).await?;
         Ok(match self {
             Via::Unix => c,
+            Via::UnixSocket => c.puts_through_socket().await?,
             Via::Tcp => c.blocks_over_tcp().await?,
             Via::Grpc => c.blocks_over_grpc(),
         })
@@ -106,6 +112,7 @@ impl Via {
     fn name(self) -> &'static str {
         match self {
             Via::Unix => "unix",
+            Via::UnixSocket => "unix-socket",
             Via::Tcp => "tcp",
             Via::Grpc => "grpc",
         }

@@ -162,6 +162,16 @@ impl Client {
         Ok(self)
     }
 
+    /// This client with its block puts through the data plane's Unix
+    /// socket rather than a pipe (to compare the two; see
+    /// `dataplane::splice`). No change for a client without that socket.
+    pub async fn puts_through_socket(mut self) -> Result<Client> {
+        if let Some(plane) = &self.plane {
+            self.plane = Some(Arc::new(plane.without_pipes().await?));
+        }
+        Ok(self)
+    }
+
     /// Whether calls go over the node's Unix socket (a client on the
     /// node's machine that reached it at a loopback address).
     pub fn calls_locally(&self) -> bool {

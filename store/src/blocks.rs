@@ -213,30 +213,42 @@ impl Node {
         from: &mut (impl AsyncRead + Unpin),
     ) -> std::io::Result<Result<(), StoreError>> {
         let payload = header.payload_len() as u64;
-        let prepared = match action {
-            None => Err(StoreError::InvalidArgument { what: "a block put needs an action".into() }),
-            Some(a) => match self.prepare_put(a, key, &header).await {
-                Ok(()) => self.db.files().stage((HEADER_LEN as u64) + payload).map(|staging| (a, staging)),
-                Err(e) => Err(e),
-            },
-        };
-        let (action, staging) = match prepared {
+        let (action, staging) = match self.prepare_staging(action, key, &header).await {
             Ok(prepared) => prepared,
             Err(e) => {
                 tokio::io::copy(&mut from.take(payload), &mut tokio::io::sink()).await?;
                 return Ok(Err(e));
             }
         };
-        let files = self.db.files();
-        // A value of one piece is synced by its commit, behind the put's
-        // answer (`BlockFiles::sync_later`); a longer one here, its
-        // writeback overlapping its transfer, so that a commit's sync stays
-        // short.
-        let sync_last = payload > PIECE as u64;
+        let sync_last = sync_last(payload);
         let (staging, written) = write_pieces(staging, header, payload, sync_last, from).await;
         // `None`: a writer thread panicked with the file (the next open
         // sweeps it), and the connection is out of step.
         let Some(staging) = staging else { return Err(written.err().unwrap_or_else(|| std::io::Error::other("a block writer thread panicked"))) };
+        self.end_put(action, key, staging, written, sync_last)
+    }
+
+    /// Checks a put, takes its lock and the file its version goes into.
+    pub(crate) async fn prepare_staging(&self, action: Option<ActionId>, key: BlockKey, header: &BlockHeader) -> Result<(ActionId, Staging), StoreError> {
+        let Some(action) = action else { return Err(StoreError::InvalidArgument { what: "a block put needs an action".into() }) };
+        self.prepare_put(action, key, header).await?;
+        let staging = self.db.files().stage(HEADER_LEN as u64 + header.payload_len() as u64)?;
+        Ok((action, staging))
+    }
+
+    /// Ends a put whose payload went into `staging` as `written` says
+    /// (`Err`: the connection failed midway): on success the version
+    /// becomes the action's tentative state of the block, else its file
+    /// goes back.
+    pub(crate) fn end_put(
+        &self,
+        action: ActionId,
+        key: BlockKey,
+        staging: Staging,
+        written: std::io::Result<Result<(), Piece>>,
+        synced: bool,
+    ) -> std::io::Result<Result<(), StoreError>> {
+        let files = self.db.files();
         match written {
             Err(e) => {
                 files.abandon(staging);
@@ -247,7 +259,7 @@ impl Node {
                 files.abandon(staging);
                 Ok(Err(StoreError::Corrupt { what: format!("{key:?} as sent: checksum mismatch") }))
             }
-            Ok(Ok(())) if sync_last => Ok(self.stage_put(action, key, staging.version())),
+            Ok(Ok(())) if synced => Ok(self.stage_put(action, key, staging.version())),
             // Synced by the commit.
             Ok(Ok(())) => Ok(files.sync_later(staging).and_then(|version| self.stage_put(action, key, version))),
         }
@@ -292,10 +304,18 @@ impl Node {
 }
 
 /// Bytes of a streamed put received and written at a time.
-const PIECE: usize = 2 << 20;
+pub(crate) const PIECE: usize = 2 << 20;
+
+/// Whether a put of `payload` bytes syncs its file itself. A value of one
+/// piece is synced by its commit, behind the put's answer
+/// (`BlockFiles::sync_later`); a longer one by its put, its writeback
+/// overlapping its transfer, so that a commit's sync stays short.
+pub(crate) fn sync_last(payload: u64) -> bool {
+    payload > PIECE as u64
+}
 
 /// Why a streamed put's pieces did not all reach the file.
-enum Piece {
+pub(crate) enum Piece {
     Io(std::io::Error),
     Checksum,
 }

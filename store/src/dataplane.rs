@@ -18,6 +18,7 @@ use std::os::fd::AsFd;
 use store_client::block::{BlockHeader, HEADER_LEN};
 
 use store_client::dataplane::wire::{self, Op, Reply, Request, REQUEST_LEN};
+use store_client::dataplane::splice::PipeReader;
 use store_client::dataplane::{fdpass, size_buffers, Stream};
 use store_client::StoreError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -85,13 +86,21 @@ async fn accept_failed(e: std::io::Error) {
 
 async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(), ConnError> {
     tokio::time::timeout(HELLO_TIMEOUT, hello(&mut s, token)).await.map_err(|_| ConnError::Refused("no hello in time".into()))??;
+    // The pipe a local client's spliced puts take (`Op::Pipe`).
+    let mut pipe: Option<PipeReader> = None;
     loop {
         let mut head = [0u8; REQUEST_LEN];
-        match s.read_exact(&mut head).await {
-            Ok(_) => {}
+        // On a Unix socket a request may carry a descriptor (`Op::Pipe`'s);
+        // any other request's are dropped (closed) here.
+        let read = match s.unix() {
+            Some(unix) => fdpass::recv_with_fds(unix, &mut head).await,
+            None => s.read_exact(&mut head).await.map(|_| Vec::new()),
+        };
+        let mut fds = match read {
+            Ok(fds) => fds,
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(e.into()),
-        }
+        };
         let req = Request::decode(&head)?;
         let key = BlockKey { matrix: req.matrix, i: req.i, j: req.j };
         let action = (req.action != 0).then_some(ActionId(req.action));
@@ -162,14 +171,42 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     Err(e) => send_error(&mut s, &e).await?,
                 }
             }
-            Op::Put => {
+            Op::Pipe => {
+                let taken = match (fds.pop(), fds.is_empty(), &pipe) {
+                    (Some(fd), true, None) => PipeReader::new(fd).map_err(|e| e.to_string()),
+                    (_, _, Some(_)) => Err("a second pipe for one connection".into()),
+                    _ => Err("a pipe request must carry exactly one descriptor".into()),
+                };
+                match taken {
+                    Ok(p) => {
+                        pipe = Some(p);
+                        s.write_all(&Reply { ok: true, len: 0 }.encode()).await?;
+                    }
+                    Err(why) => {
+                        let e = StoreError::InvalidArgument { what: format!("data plane pipe: {why}") };
+                        send_error(&mut s, &e).await?;
+                        return Err(ConnError::Refused(e.to_string()));
+                    }
+                }
+            }
+            Op::Put | Op::PutSpliced => {
                 if req.rows == 0 || req.cols == 0 || req.rows > MAX_BLOCK || req.cols > MAX_BLOCK {
                     let e = StoreError::InvalidArgument { what: format!("{key:?}: a block of {}x{}", req.rows, req.cols) };
                     send_error(&mut s, &e).await?;
                     return Err(ConnError::Refused(e.to_string()));
                 }
                 let header = BlockHeader { rows: req.rows, cols: req.cols, crc32c: req.crc32c };
-                match node.put_block_from(action, key, header, &mut s).await? {
+                let answer = match (req.op, &pipe) {
+                    (Op::Put, _) => node.put_block_from(action, key, header, &mut s).await?,
+                    (_, Some(pipe)) => node.put_block_spliced(action, key, header, pipe).await?,
+                    (_, None) => {
+                        // Its payload is nowhere this node can read: out of step.
+                        let e = StoreError::InvalidArgument { what: format!("{key:?}: a spliced put on a connection without a pipe") };
+                        send_error(&mut s, &e).await?;
+                        return Err(ConnError::Refused(e.to_string()));
+                    }
+                };
+                match answer {
                     Ok(()) => s.write_all(&Reply { ok: true, len: 0 }.encode()).await?,
                     Err(e) => send_error(&mut s, &e).await?,
                 }

@@ -266,7 +266,7 @@ impl Staging {
     /// end). Only a hint; durability comes from a sync. A filesystem that
     /// does not do it (some answer EINVAL or ESPIPE) loses only the head
     /// start, so its refusal is not the put's.
-    fn start_writeback(&self, offset: u64, len: u64) {
+    pub(crate) fn start_writeback(&self, offset: u64, len: u64) {
         // SAFETY: the descriptor is open for the call's duration.
         let started = unsafe { libc::sync_file_range(self.file.as_raw_fd(), offset as i64, len as i64, libc::SYNC_FILE_RANGE_WRITE) };
         if started != 0 {
@@ -289,6 +289,35 @@ impl Staging {
     pub(crate) fn write_unsynced_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
         self.file.write_all_at(bytes, offset)
+    }
+
+    /// The file, for a write that does not go through a buffer of this
+    /// process (a `splice` from a client's pipe).
+    pub(crate) fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.file)
+    }
+
+    /// The checksum of the `len` bytes at `offset` as the file holds them
+    /// (just written: read back from the page cache). Read in pieces into
+    /// a buffer that stays in this core's cache: `bench blocks`, b = 256
+    /// overwrites, three alternations each: 201–217 µs a put, against
+    /// 224–231 through a mapping of the file (whose page-table set-up and
+    /// teardown cost more than the copy).
+    pub(crate) fn checksum_at(&self, offset: u64, len: usize) -> std::io::Result<u32> {
+        use std::os::unix::fs::FileExt;
+        thread_local!(static PIECE: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; 128 << 10]));
+        PIECE.with(|piece| {
+            let mut piece = piece.borrow_mut();
+            let mut crc = block::Checksum::new();
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(piece.len());
+                self.file.read_exact_at(&mut piece[..n], offset + done as u64)?;
+                crc.update(&piece[..n]);
+                done += n;
+            }
+            Ok(crc.value())
+        })
     }
 
     /// Cuts a longer recycled file to the value's length and syncs the
@@ -383,7 +412,7 @@ impl BlockFiles {
         }
         if let Some((version, was)) = recycled {
             let path = self.path(version);
-            return match OpenOptions::new().write(true).open(&path) {
+            return match OpenOptions::new().read(true).write(true).open(&path) {
                 Ok(file) => Ok(Staging { version, file, len, was, stamp: new_stamp() }),
                 Err(e) => {
                     let _ = self.open.unlink(version, &path);
@@ -409,10 +438,10 @@ impl BlockFiles {
         let path = self.path(version);
         let opened = match spare {
             // A spare is handed out once (popped under the lock).
-            Some(_) => OpenOptions::new().write(true).open(&path),
+            Some(_) => OpenOptions::new().read(true).write(true).open(&path),
             // Never over another version's file (ids are fresh; this is a
             // guard, and a refused create removes nothing).
-            None => File::create_new(&path).inspect(|_| self.unsynced.store(true, Ordering::SeqCst)),
+            None => OpenOptions::new().read(true).write(true).create_new(true).open(&path).inspect(|_| self.unsynced.store(true, Ordering::SeqCst)),
         };
         let file = opened.map_err(|e| io_error(e, || format!("creating block version {version}")))?;
         // A warm spare longer than the value is cut to it when it finishes.

@@ -23,6 +23,7 @@ mod keys;
 mod node;
 mod open_files;
 mod rpc;
+mod spliced;
 mod undo;
 
 use std::net::SocketAddr;

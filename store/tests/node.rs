@@ -32,16 +32,19 @@ async fn node() -> Node {
 #[derive(Clone, Copy, Debug)]
 enum Path {
     Unix,
+    /// The Unix socket with puts through the socket, not a pipe.
+    UnixSocket,
     Tcp,
     Grpc,
 }
-const PATHS: [Path; 3] = [Path::Unix, Path::Tcp, Path::Grpc];
+const PATHS: [Path; 4] = [Path::Unix, Path::UnixSocket, Path::Tcp, Path::Grpc];
 
 async fn node_over(path: Path) -> Node {
     let mut n = node().await;
     assert!(n.client.has_data_plane(), "a node serves the data plane by default");
     n.client = match path {
         Path::Unix => n.client,
+        Path::UnixSocket => n.client.puts_through_socket().await.unwrap(),
         Path::Tcp => n.client.blocks_over_tcp().await.unwrap(),
         Path::Grpc => n.client.blocks_over_grpc(),
     };
@@ -553,14 +556,15 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
     type Refusal = ((wire::Request, Vec<u8>), fn(&StoreError) -> bool);
     let refused: Vec<Refusal> = vec![
         ((local_get, vec![]), |e| matches!(e, StoreError::InvalidArgument { .. })),
-        (wire::Request::get_many(wire::Op::GetLocalMany, 0, m.id, &[(0, 0), (0, 0)], false), |e| matches!(e, StoreError::InvalidArgument { .. })),
+        (wire::Request::get_many(wire::Op::GetLocalMany, 0, m.id, &[(0, 0), (0, 0)], false), |e| {
+            matches!(e, StoreError::InvalidArgument { .. })
+        }),
         ((unknown_method, vec![]), |e| matches!(e, StoreError::InvalidArgument { .. })),
         (call(wire::Method::Dequeue, vec![0xff; 3]), |e| matches!(e, StoreError::InvalidArgument { .. })),
         (call(wire::Method::Commit, proto::ActionRef { action: 0 }.encode_to_vec()), |e| matches!(e, StoreError::InvalidArgument { .. })),
-        (
-            call(wire::Method::Begin, proto::BeginRequest { session: 123_456, parent: 0 }.encode_to_vec()),
-            |e| matches!(e, StoreError::SessionExpired { .. }),
-        ),
+        (call(wire::Method::Begin, proto::BeginRequest { session: 123_456, parent: 0 }.encode_to_vec()), |e| {
+            matches!(e, StoreError::SessionExpired { .. })
+        }),
     ];
     for ((req, body), expected) in refused {
         let e = refusal(&mut sock, &req, &body).await;
@@ -576,23 +580,16 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
 #[tokio::test]
 async fn puts_that_arrive_damaged_or_cut_off_change_nothing() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let n = node().await;
+    let (n, m, s, small, big) = two_big_blocks().await;
     let data = n.running.as_ref().unwrap().data_addr();
-    // 1200² doubles: 11 MiB, several of the node's pieces.
-    let m = n.client.create_matrix("P", 1200, 2400, 1200).await.unwrap();
-    let (small, big) = (block(1200, 1200, 1.0), block(1200, 1200, 2.0));
-    let s = n.client.open_session("t").await.unwrap();
-    let a = s.begin().await.unwrap();
-    a.put_block(m.id, 0, 0, small.clone()).await.unwrap();
-    a.put_block(m.id, 0, 1, big.clone()).await.unwrap();
-    a.commit().await.unwrap();
 
     let a = s.begin().await.unwrap();
     let mut sock = tokio::net::TcpStream::connect(data).await.unwrap();
     sock.write_all(&wire::encode_hello(b"")).await.unwrap();
     let mut head = [0u8; wire::REPLY_LEN];
     sock.read_exact(&mut head).await.unwrap();
-    let put = |j: u32, crc32c: u32| wire::Request { op: wire::Op::Put, action: a.id(), matrix: m.id, i: 0, j, rows: 1200, cols: 1200, crc32c };
+    let put =
+        |j: u32, crc32c: u32| wire::Request { op: wire::Op::Put, action: a.id(), matrix: m.id, i: 0, j, rows: 1200, cols: 1200, crc32c };
     let payload = |seed: f64| -> Vec<u8> { bytemuck::cast_slice(&block(1200, 1200, seed).data).to_vec() };
     let good = payload(3.0);
     let crc = store_client::block::checksum(&good);
@@ -619,6 +616,130 @@ async fn puts_that_arrive_damaged_or_cut_off_change_nothing() {
     b.put_block(m.id, 0, 1, small.clone()).await.unwrap();
     b.commit().await.unwrap();
     assert_eq!(n.client.read_block_committed(m.id, 0, 1).await.unwrap(), small);
+}
+
+/// A local client's put sends its payload through its connection's pipe
+/// (`Op::PutSpliced`): one whose bytes do not match its checksum, and one
+/// the node refuses before reading (a wrong shape), are answered with
+/// typed errors and the pipe drained, in step for the next put; one whose
+/// client goes away mid-payload loses its connection and changes nothing;
+/// a spliced put on a connection that handed over no pipe, and a "pipe"
+/// that is a file, are refused and their connections closed.
+#[tokio::test]
+async fn spliced_puts_that_arrive_damaged_refused_or_cut_off_change_nothing() {
+    use std::os::fd::AsFd;
+    use store_client::dataplane::{fdpass, splice};
+    use tokio::io::AsyncWriteExt;
+    let (n, m, s, small, big) = two_big_blocks().await;
+    let socket_path = n._dir.path().join(store::DATA_SOCKET);
+
+    let connect = || async {
+        let mut sock = tokio::net::UnixStream::connect(&socket_path).await.unwrap();
+        sock.write_all(&wire::encode_hello(b"")).await.unwrap();
+        assert!(matches!(unix_answer(&mut sock).await, Ok(Some(0))));
+        sock
+    };
+    let a = s.begin().await.unwrap();
+    let mut sock = connect().await;
+    let (read, pipe) = splice::pipe().unwrap();
+    fdpass::send_with_fds(&sock, &wire::Request::pipe().encode(), &[read.as_fd()]).await.unwrap();
+    drop(read);
+    assert!(matches!(unix_answer(&mut sock).await, Ok(Some(0))));
+    let action = a.id();
+    let put = |j: u32, side: u32, crc32c: u32| wire::Request {
+        op: wire::Op::PutSpliced,
+        action,
+        matrix: m.id,
+        i: 0,
+        j,
+        rows: side,
+        cols: side,
+        crc32c,
+    };
+    let payload = |side: usize, seed: f64| -> Vec<u8> { bytemuck::cast_slice(&block(side, side, seed).data).to_vec() };
+    let good = payload(1200, 3.0);
+    let crc = store_client::block::checksum(&good);
+    let mut damaged = good.clone();
+    *damaged.last_mut().unwrap() ^= 1;
+    let wrong_shape = payload(1000, 4.0);
+    let refused = [
+        (put(0, 1200, crc), &damaged, "checksum"),
+        (put(1, 1000, store_client::block::checksum(&wrong_shape)), &wrong_shape, "must be 1200x1200"),
+    ];
+    for (req, body, why) in refused {
+        sock.write_all(&req.encode()).await.unwrap();
+        let (sent, answer) = tokio::join!(pipe.send(body), unix_answer(&mut sock));
+        sent.unwrap();
+        let e = answer.unwrap_err();
+        assert!(e.to_string().contains(why), "{req:?}: {e}");
+    }
+    // In step: the same connection and pipe take a good put.
+    sock.write_all(&put(0, 1200, crc).encode()).await.unwrap();
+    let (sent, answer) = tokio::join!(pipe.send(&good), unix_answer(&mut sock));
+    sent.unwrap();
+    assert_eq!(answer.unwrap(), Some(0));
+    // Cut off after two of its 11 MiB.
+    sock.write_all(&put(1, 1200, crc).encode()).await.unwrap();
+    pipe.send(&good[..2 << 20]).await.unwrap();
+    drop((pipe, sock));
+    a.commit().await.unwrap();
+    assert_eq!(n.client.read_block_committed(m.id, 0, 0).await.unwrap(), block(1200, 1200, 3.0));
+    assert_eq!(n.client.read_block_committed(m.id, 0, 1).await.unwrap(), big);
+
+    // A spliced put with no pipe to take its payload from.
+    let b = s.begin().await.unwrap();
+    let mut sock = connect().await;
+    let req = wire::Request { action: b.id(), ..put(1, 1200, crc) };
+    sock.write_all(&req.encode()).await.unwrap();
+    let e = unix_answer(&mut sock).await.unwrap_err();
+    assert!(matches!(&e, StoreError::InvalidArgument { what } if what.contains("without a pipe")), "{e}");
+    assert!(matches!(unix_answer(&mut sock).await, Ok(None)), "the node closes the connection");
+    // A file passed as the pipe.
+    let mut sock = connect().await;
+    let file = tempfile::tempfile().unwrap();
+    fdpass::send_with_fds(&sock, &wire::Request::pipe().encode(), &[file.as_fd()]).await.unwrap();
+    let e = unix_answer(&mut sock).await.unwrap_err();
+    assert!(matches!(&e, StoreError::InvalidArgument { what } if what.contains("not one")), "{e}");
+    assert!(matches!(unix_answer(&mut sock).await, Ok(None)), "the node closes the connection");
+    // The cut-off and refused puts left the block's lock free.
+    b.put_block(m.id, 0, 1, small.clone()).await.unwrap();
+    b.commit().await.unwrap();
+    assert_eq!(n.client.read_block_committed(m.id, 0, 1).await.unwrap(), small);
+}
+
+/// Reads one reply on a raw Unix data-plane connection: `Ok(Some(len))`
+/// for success (nothing after it is read), `Ok(None)` if the node closed
+/// the connection instead, the typed error it answered with.
+async fn unix_answer(sock: &mut tokio::net::UnixStream) -> Result<Option<u64>, StoreError> {
+    use tokio::io::AsyncReadExt;
+    let mut head = [0u8; wire::REPLY_LEN];
+    match sock.read_exact(&mut head).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => panic!("reading a reply: {e}"),
+    }
+    let reply = wire::Reply::decode(&head).unwrap();
+    if reply.ok {
+        return Ok(Some(reply.len));
+    }
+    let mut detail = vec![0u8; reply.len as usize];
+    sock.read_exact(&mut detail).await.unwrap();
+    Err(StoreError::from_detail(&detail))
+}
+
+/// A node with a matrix of two committed blocks of 1200² doubles (11 MiB:
+/// several of the node's pieces, many pipe-fulls), a session, and the two
+/// blocks' values.
+async fn two_big_blocks() -> (Node, store_client::MatrixInfo, store_client::Session, BlockData, BlockData) {
+    let n = node().await;
+    let m = n.client.create_matrix("P", 1200, 2400, 1200).await.unwrap();
+    let (small, big) = (block(1200, 1200, 1.0), block(1200, 1200, 2.0));
+    let s = n.client.open_session("t").await.unwrap();
+    let a = s.begin().await.unwrap();
+    a.put_block(m.id, 0, 0, small.clone()).await.unwrap();
+    a.put_block(m.id, 0, 1, big.clone()).await.unwrap();
+    a.commit().await.unwrap();
+    (n, m, s, small, big)
 }
 
 /// Sends a request and its body on a raw data-plane connection; the typed

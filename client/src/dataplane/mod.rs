@@ -4,6 +4,7 @@
 //! written straight from the caller's; the checksum is checked on arrival.
 
 pub mod fdpass;
+pub mod splice;
 pub mod wire;
 
 use std::net::SocketAddr;
@@ -18,6 +19,7 @@ use uuid::Uuid;
 use crate::block::{self, HEADER_LEN};
 use crate::client::BlockData;
 use crate::StoreError;
+use splice::PipeWriter;
 use wire::{Op, Reply, Request, REPLY_LEN};
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -67,6 +69,11 @@ pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send {
     fn unix(&self) -> Option<&UnixStream> {
         None
     }
+
+    /// The pipe that puts' payloads take (a client's local connection).
+    fn pipe(&self) -> Option<&PipeWriter> {
+        None
+    }
 }
 impl Conn for TcpStream {}
 impl Conn for UnixStream {
@@ -75,6 +82,49 @@ impl Conn for UnixStream {
     }
 }
 pub type Stream = Box<dyn Conn>;
+
+/// A client's connection to the node on its machine: the Unix socket, and
+/// the pipe its puts' payloads take ([`splice`]).
+struct Local {
+    socket: UnixStream,
+    /// `None` where this process could not make one (out of descriptors,
+    /// say): its puts go through the socket.
+    pipe: Option<PipeWriter>,
+}
+
+impl Conn for Local {
+    fn unix(&self) -> Option<&UnixStream> {
+        Some(&self.socket)
+    }
+
+    fn pipe(&self) -> Option<&PipeWriter> {
+        self.pipe.as_ref()
+    }
+}
+
+impl AsyncRead for Local {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().socket).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Local {
+    fn poll_write(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().socket).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().socket).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().socket).poll_shutdown(cx)
+    }
+}
 
 /// Sizes a data-plane socket's buffers (either end). Best effort: the
 /// kernel may clamp the sizes.
@@ -89,13 +139,32 @@ pub(crate) struct DataPlane {
     target: Target,
     hello: Vec<u8>,
     idle: Mutex<Vec<Stream>>,
+    /// Set once a `vmsplice` failed for another reason than a closed pipe
+    /// (a sandbox that forbids it, say): new connections make no pipe, and
+    /// their puts go through the socket.
+    no_pipes: std::sync::atomic::AtomicBool,
 }
 
 impl DataPlane {
     /// Opens a first connection, so a wrong token or an unreachable port is
     /// known at once rather than on the first block.
     pub(crate) async fn connect(target: Target, token: Option<&str>) -> Result<DataPlane> {
-        let plane = DataPlane { target, hello: wire::encode_hello(token.unwrap_or("").as_bytes()), idle: Mutex::new(Vec::new()) };
+        let plane = DataPlane {
+            target,
+            hello: wire::encode_hello(token.unwrap_or("").as_bytes()),
+            idle: Mutex::new(Vec::new()),
+            no_pipes: Default::default(),
+        };
+        let first = plane.open().await?;
+        plane.give_back(first);
+        Ok(plane)
+    }
+
+    /// Another set of connections to the same data plane, whose puts go
+    /// through the socket rather than a pipe (to compare the two).
+    pub(crate) async fn without_pipes(&self) -> Result<DataPlane> {
+        let plane =
+            DataPlane { target: self.target.clone(), hello: self.hello.clone(), idle: Mutex::new(Vec::new()), no_pipes: true.into() };
         let first = plane.open().await?;
         plane.give_back(first);
         Ok(plane)
@@ -103,25 +172,54 @@ impl DataPlane {
 
     async fn open(&self) -> Result<Stream> {
         let io = |e: std::io::Error| self.unavailable(format!("connecting: {e}"));
-        let mut s: Stream = match &self.target {
+        match &self.target {
             Target::Tcp(addr) => {
-                let s = TcpStream::connect(addr).await.map_err(io)?;
+                let mut s = TcpStream::connect(addr).await.map_err(io)?;
                 s.set_nodelay(true).map_err(io)?;
                 size_buffers(&s);
                 let keepalive = socket2::TcpKeepalive::new().with_time(KEEPALIVE).with_interval(KEEPALIVE);
                 let _ = socket2::SockRef::from(&s).set_tcp_keepalive(&keepalive);
-                Box::new(s)
+                self.hello(&mut s).await?;
+                Ok(Box::new(s))
             }
             Target::Unix(path) => {
-                let s = UnixStream::connect(path).await.map_err(io)?;
-                size_buffers(&s);
-                Box::new(s)
+                let mut socket = UnixStream::connect(path).await.map_err(io)?;
+                size_buffers(&socket);
+                self.hello(&mut socket).await?;
+                let pipe = self.give_pipe(&mut socket).await?;
+                Ok(Box::new(Local { socket, pipe }))
+            }
+        }
+    }
+
+    async fn hello(&self, s: &mut (impl AsyncRead + AsyncWrite + Unpin)) -> Result<()> {
+        s.write_all(&self.hello).await.map_err(|e| self.unavailable(format!("connecting: {e}")))?;
+        match self.read_reply(s).await? {
+            Ok(0) => Ok(()),
+            Ok(len) => Err(self.unavailable(format!("hello answered with {len} bytes"))),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Makes a local connection's pipe and hands the node its read end;
+    /// `None` if no pipe could be made.
+    async fn give_pipe(&self, socket: &mut UnixStream) -> Result<Option<PipeWriter>> {
+        let io = |e: std::io::Error| self.unavailable(format!("handing over a pipe: {e}"));
+        if self.no_pipes.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let (read, pipe) = match splice::pipe() {
+            Ok(made) => made,
+            Err(e) => {
+                tracing::debug!("no pipe for a data plane connection ({e}); its puts go through the socket");
+                return Ok(None);
             }
         };
-        s.write_all(&self.hello).await.map_err(io)?;
-        match self.read_reply(&mut s).await? {
-            Ok(0) => Ok(s),
-            Ok(len) => Err(self.unavailable(format!("hello answered with {len} bytes"))),
+        fdpass::send_with_fds(socket, &Request::pipe().encode(), &[std::os::fd::AsFd::as_fd(&read)]).await.map_err(io)?;
+        drop(read);
+        match self.read_reply(socket).await? {
+            Ok(0) => Ok(Some(pipe)),
+            Ok(len) => Err(self.unavailable(format!("a pipe answered with {len} bytes"))),
             Err(e) => Err(e),
         }
     }
@@ -141,7 +239,7 @@ impl DataPlane {
     /// Reads one reply head: `Ok(Ok(len))` for success with `len` bytes to
     /// follow, `Ok(Err(e))` for the node's typed error (already read, the
     /// connection stays usable), `Err` when the connection is not.
-    async fn read_reply(&self, s: &mut Stream) -> Result<std::result::Result<u64, StoreError>> {
+    async fn read_reply(&self, s: &mut (impl AsyncRead + Unpin + ?Sized)) -> Result<std::result::Result<u64, StoreError>> {
         let mut head = [0u8; REPLY_LEN];
         s.read_exact(&mut head).await.map_err(|e| self.unavailable(format!("reading a reply: {e}")))?;
         let reply = Reply::decode(&head).map_err(|e| self.unavailable(e.to_string()))?;
@@ -152,7 +250,7 @@ impl DataPlane {
     }
 
     /// Reads the typed error of a failed reply whose head said `len`.
-    async fn read_error(&self, s: &mut Stream, len: u64) -> Result<StoreError> {
+    async fn read_error(&self, s: &mut (impl AsyncRead + Unpin + ?Sized), len: u64) -> Result<StoreError> {
         if len > wire::MAX_ERROR_LEN {
             return Err(self.unavailable(format!("an error detail of {len} bytes")));
         }
@@ -286,7 +384,12 @@ impl DataPlane {
 
     /// Reads the reply to a local get of `n` blocks: their headers and
     /// files. `Err`: the connection is out of step; `Ok`: the node's answer.
-    async fn recv_files(&self, s: &mut Stream, n: usize, what: &(dyn Fn() -> String + Sync)) -> Result<Result<Vec<(block::BlockHeader, std::fs::File)>>> {
+    async fn recv_files(
+        &self,
+        s: &mut Stream,
+        n: usize,
+        what: &(dyn Fn() -> String + Sync),
+    ) -> Result<Result<Vec<(block::BlockHeader, std::fs::File)>>> {
         let unix = s.unix().ok_or_else(|| self.unavailable("a local get over TCP".into()))?;
         let mut head = [0u8; REPLY_LEN];
         let read = |e: std::io::Error| self.unavailable(format!("reading {}: {e}", what()));
@@ -335,8 +438,9 @@ impl DataPlane {
             });
         }
         let crc32c = block::checksum(payload);
-        let req = Request { op: Op::Put, action, matrix, i, j, rows: block.rows as u32, cols: block.cols as u32, crc32c };
         let mut s = self.checkout().await?;
+        let op = if s.pipe().is_some() { Op::PutSpliced } else { Op::Put };
+        let req = Request { op, action, matrix, i, j, rows: block.rows as u32, cols: block.cols as u32, crc32c };
         let answer = self.put_on(&mut s, &req, payload).await?;
         self.give_back(s);
         answer
@@ -371,7 +475,17 @@ impl DataPlane {
     async fn put_on(&self, s: &mut Stream, req: &Request, payload: &[u8]) -> Result<Result<()>> {
         let send = |e: std::io::Error| self.unavailable(format!("sending block ({}, {}): {e}", req.i, req.j));
         s.write_all(&req.encode()).await.map_err(send)?;
-        s.write_all(payload).await.map_err(send)?;
+        match s.pipe() {
+            // The payload's pages stay untouched until the answer: the
+            // caller's borrow of them outlives this call.
+            Some(pipe) if req.op == Op::PutSpliced => pipe.send(payload).await.map_err(|e| {
+                if e.kind() != std::io::ErrorKind::BrokenPipe {
+                    self.no_pipes.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                send(e)
+            })?,
+            _ => s.write_all(payload).await.map_err(send)?,
+        }
         match self.read_reply(s).await? {
             Ok(0) => Ok(Ok(())),
             Ok(len) => Err(self.unavailable(format!("a put answered with {len} bytes"))),

@@ -12,6 +12,10 @@
 //! request "FTBQ" | op u8 | 0 0 0 | action u64 | matrix [16] | i u32 | j u32
 //!                | rows u32 | cols u32 | crc32c u32 | 0 u32          (56 bytes)
 //!         put: then rows·cols·8 payload bytes
+//!         spliced put: the same request, its payload through the
+//!         connection's pipe instead (Unix socket only; see [`super::splice`])
+//!         pipe: the read end of the connection's pipe passed with the
+//!         request (SCM_RIGHTS); the other fields are zero
 //!         call: rows = the method ([`Method`]), cols = the length of the
 //!         protobuf request that follows (at most MAX_CALL_BODY); the
 //!         other fields are zero
@@ -28,7 +32,7 @@
 //!         form (header, payload) in request order
 //!         ok local get of many: len = n × 32, the blocks' headers in
 //!         request order, and their n descriptors passed with the reply
-//!         ok put / hello: len = 0
+//!         ok put / spliced put / pipe / hello: len = 0
 //!         ok call: len bytes of the method's protobuf reply
 //!         error: len bytes of ErrorDetail (protobuf), see StoreError::to_detail
 //! ```
@@ -41,8 +45,8 @@ use uuid::Uuid;
 pub const HELLO_MAGIC: [u8; 4] = *b"FTBH";
 pub const REQUEST_MAGIC: [u8; 4] = *b"FTBQ";
 pub const REPLY_MAGIC: [u8; 4] = *b"FTBR";
-/// 2: calls; 3: gets of many blocks.
-pub const VERSION: u16 = 3;
+/// 2: calls; 3: gets of many blocks; 4: puts through a pipe.
+pub const VERSION: u16 = 4;
 pub const REQUEST_LEN: usize = 56;
 pub const REPLY_LEN: usize = 16;
 /// Longest token a hello may carry.
@@ -79,6 +83,11 @@ pub enum Op {
     /// Several `Get`s (or `GetForUpdate`s) of one matrix in one exchange,
     /// answered with their stored forms one after the other.
     GetMany = 8,
+    /// Hands the node the read end of this connection's pipe, passed with
+    /// the request (Unix socket).
+    Pipe = 9,
+    /// `Put` whose payload comes through the connection's pipe.
+    PutSpliced = 10,
 }
 
 /// The gRPC methods a data-plane call may name: the control calls a
@@ -174,6 +183,8 @@ impl Request {
             6 => Op::Call,
             7 => Op::GetLocalMany,
             8 => Op::GetMany,
+            9 => Op::Pipe,
+            10 => Op::PutSpliced,
             other => return Err(WireError::BadOp(other)),
         };
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
@@ -192,6 +203,11 @@ impl Request {
     /// A call of `method` whose protobuf request is `body_len` bytes.
     pub fn call(method: Method, body_len: u32) -> Request {
         Request { op: Op::Call, action: 0, matrix: Uuid::nil(), i: 0, j: 0, rows: method as u32, cols: body_len, crc32c: 0 }
+    }
+
+    /// Hands the node a pipe (its read end goes with the request).
+    pub fn pipe() -> Request {
+        Request { op: Op::Pipe, action: 0, matrix: Uuid::nil(), i: 0, j: 0, rows: 0, cols: 0, crc32c: 0 }
     }
 
     /// A get (`op`: [`Op::GetMany`] or [`Op::GetLocalMany`]) of the
@@ -307,8 +323,8 @@ mod tests {
     #[test]
     fn garbage_is_refused_before_any_allocation() {
         let mut b = Request { op: Op::Get, action: 1, matrix: Uuid::nil(), i: 0, j: 0, rows: 0, cols: 0, crc32c: 0 }.encode();
-        b[4] = 9;
-        assert_eq!(Request::decode(&b), Err(WireError::BadOp(9)));
+        b[4] = 11;
+        assert_eq!(Request::decode(&b), Err(WireError::BadOp(11)));
         b[4] = 0;
         assert_eq!(Request::decode(&b), Err(WireError::BadOp(0)));
         b[0] = b'X';
