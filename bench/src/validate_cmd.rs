@@ -31,12 +31,14 @@
 //!   (`Options::simulate_dag`), and the other apps' is each barrier step's
 //!   tasks list-scheduled on the slaves (`Options::simulate_steps`).
 //!
-//! Right before each point the rates its work runs at are measured again
-//! with `bench params`' own code (the ray rate; the kernels at the point's
-//! block size; the per-task overhead, wake-up and dag release, and a
-//! task's ending and a start behind it at the point's block size, through
-//! the cluster's own node), since this host's rates drift between runs;
-//! everything else comes from the parameter file. The inputs are synced
+//! Around each block size's runs (before, between the one- and two-slave
+//! runs, after) the rates its work runs at are measured again with `bench
+//! params`' own code (the ray rate; the kernels at the point's block size;
+//! the per-task overhead, wake-up and dag release, and a task's ending and
+//! a start behind it at the point's block size, through the cluster's own
+//! node), since this host's rates drift between runs, and each rate is
+//! taken at the median of its three timings; everything else comes from
+//! the parameter file. The inputs are synced
 //! to the disk first, so that neither that measure nor the first run pays
 //! their writeback. (Re-measuring the puts
 //! as well, through a fresh node, was tried and left out: right after its
@@ -405,34 +407,34 @@ fn rates_now(cluster: &Cluster, case: &Case, b: u64, params: &Params, quick: boo
     })
 }
 
-/// The faster of two measurements of each rate (the fewer seconds of each
-/// kernel point and per-task cost, the higher ray rate with its profile):
-/// the machine's rates when least disturbed, as a point's measured time is
-/// its fastest run.
-fn fastest_rates(a: &Params, b: &Params) -> Params {
-    let min = |x: Option<f64>, y: Option<f64>| match (x, y) {
-        (Some(x), Some(y)) => Some(x.min(y)),
-        (x, y) => x.or(y),
+/// Each rate at the median of several timings of it (kernel points and
+/// per-task costs point by point; the ray rate with the band profile of
+/// the timing it came from): the machine's typical rates, which one timing
+/// the host disturbed does not move.
+fn typical_rates(timings: &[Params]) -> Params {
+    let scalar = |f: fn(&Params) -> Option<f64>| {
+        let mut v: Vec<f64> = timings.iter().filter_map(f).collect();
+        (!v.is_empty()).then(|| model::curves::median(&mut v))
     };
-    let curve = |x: &Option<Vec<[f64; 2]>>, y: &Option<Vec<[f64; 2]>>| match (x, y) {
-        (Some(x), Some(y)) => Some(model::curves::fastest(x, y)),
-        (x, y) => x.clone().or_else(|| y.clone()),
+    let curve = |f: fn(&Params) -> Option<&Vec<[f64; 2]>>| {
+        let v: Vec<&[[f64; 2]]> = timings.iter().filter_map(f).map(Vec::as_slice).collect();
+        (!v.is_empty()).then(|| model::curves::median_of(&v))
     };
-    let ray = if b.ray_pixel_rate.unwrap_or(0.0) > a.ray_pixel_rate.unwrap_or(0.0) { b } else { a };
+    let kernels: Vec<&model::KernelCurves> = timings.iter().filter_map(|t| t.kernels.as_ref()).collect();
+    let mut by_ray: Vec<&Params> = timings.iter().filter(|t| t.ray_pixel_rate.is_some()).collect();
+    by_ray.sort_by(|x, y| x.ray_pixel_rate.partial_cmp(&y.ray_pixel_rate).expect("rates are finite"));
+    let ray = by_ray.get(by_ray.len() / 2).copied().unwrap_or(&timings[0]);
     Params {
-        kernels: match (&a.kernels, &b.kernels) {
-            (Some(x), Some(y)) => Some(x.fastest_of(y)),
-            (x, y) => x.clone().or_else(|| y.clone()),
-        },
-        task_overhead: min(a.task_overhead, b.task_overhead),
-        task_wake: min(a.task_wake, b.task_wake),
-        dag_release: min(a.dag_release, b.dag_release),
-        dag_release_per_counter: min(a.dag_release_per_counter, b.dag_release_per_counter),
-        task_ending: curve(&a.task_ending, &b.task_ending),
-        task_start_behind: curve(&a.task_start_behind, &b.task_start_behind),
+        kernels: (!kernels.is_empty()).then(|| model::KernelCurves::median_of(&kernels)),
+        task_overhead: scalar(|t| t.task_overhead),
+        task_wake: scalar(|t| t.task_wake),
+        dag_release: scalar(|t| t.dag_release),
+        dag_release_per_counter: scalar(|t| t.dag_release_per_counter),
+        task_ending: curve(|t| t.task_ending.as_ref()),
+        task_start_behind: curve(|t| t.task_start_behind.as_ref()),
         ray_pixel_rate: ray.ray_pixel_rate,
         ray_profile: ray.ray_profile.clone(),
-        ..a.clone()
+        ..timings[0].clone()
     }
 }
 
@@ -483,9 +485,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             // own code: the ray rate at this image's size, the kernels at
             // this block size (over the file's points of that size). The
             // points then test the model, not the host's drift.
-            let before = rates_now(&cluster, case, b, &params, args.quick)?;
+            // Timed before, between and after the runs (quick: before only).
+            let mut timings = vec![rates_now(&cluster, case, b, &params, args.quick)?];
             let mut measured = Vec::new();
             for s in [1u64, 2] {
+                if s == 2 && !args.quick {
+                    timings.push(rates_now(&cluster, case, b, &params, args.quick)?);
+                }
                 while (cluster.slave_pids().len() as u64) < s {
                     cluster.spawn_slave()?;
                 }
@@ -507,16 +513,30 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 }
                 measured.push((s, best.expect("at least one run"), runs, load));
             }
-            // The rates again after the runs, and the faster of the two
-            // timings of each: one timing before the runs, disturbed by the
-            // host, set a matmul point's dgemm at 41.8 Gflop/s where the
-            // parameter file and the job itself ran at 48, and the point
-            // missed by 16 %; the jobs' own times are their fastest run.
-            let now = if args.quick { before } else { fastest_rates(&before, &rates_now(&cluster, case, b, &params, args.quick)?) };
+            // Each rate at the median of its three timings: one timing
+            // before the runs, disturbed by the host, set a matmul point's
+            // dgemm at 41.8 Gflop/s where the parameter file and the job ran
+            // at 48 (the point missed by 16 %), a ray rate of 472k pixel/s
+            // another's by 22 %. The faster of two timings over-corrected:
+            // long jobs run at a sustained rate below a short burst's.
+            if !args.quick {
+                timings.push(rates_now(&cluster, case, b, &params, args.quick)?);
+            }
+            let now = typical_rates(&timings);
             let (thesis_p, ext_p) = (thesis_params(&now), warm(&now));
             for (s, (r, cpu), runs, load) in measured {
                 let thesis = predict(case.model, case.n, b, &thesis_p, &thesis_opts(s))?;
                 let extended = predict(case.model, case.n, b, &ext_p, &ext_opts_for(case.model, s))?;
+                // What each timing alone predicts: how much a point's error
+                // owes to when its rates were timed.
+                if timings.len() > 1 {
+                    let mut alone = Vec::new();
+                    for rates in &timings {
+                        let t = predict(case.model, case.n, b, &warm(rates), &ext_opts_for(case.model, s))?.predicted;
+                        alone.push(format!("{t:.2} s ({:+.1} %)", 100.0 * (t - r.seconds) / r.seconds));
+                    }
+                    eprintln!("  each timing of the rates alone (before, between, after the runs): {}", alone.join(", "));
+                }
                 let p = Point {
                     app: case.app,
                     n: case.n,
@@ -709,31 +729,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_fastest_rates_take_each_rate_from_the_faster_timing() {
+    fn the_typical_rates_are_each_rate_s_median() {
         let base = Params::thesis_fast();
-        let kernels = |secs: f64| model::KernelCurves { multiply: vec![[1e9, secs]], ..Default::default() };
-        let a = Params {
-            kernels: Some(kernels(0.02)),
-            task_overhead: Some(0.5e-3),
-            task_wake: Some(0.3e-3),
-            task_ending: Some(vec![[1e6, 2e-3]]),
-            ray_pixel_rate: Some(4e5),
-            ray_profile: Some(vec![1.0, 1.0]),
+        let timing = |gemm: f64, overhead: Option<f64>, ending: f64, ray: f64| Params {
+            kernels: Some(model::KernelCurves { multiply: vec![[1e9, gemm]], ..Default::default() }),
+            task_overhead: overhead,
+            task_ending: Some(vec![[1e6, ending]]),
+            ray_pixel_rate: Some(ray),
+            ray_profile: Some(vec![ray / 1e6]),
             ..base.clone()
         };
-        let b = Params {
-            kernels: Some(kernels(0.025)),
-            task_overhead: Some(0.4e-3),
-            task_wake: None,
-            task_ending: Some(vec![[1e6, 1e-3]]),
-            ray_pixel_rate: Some(6e5),
-            ray_profile: Some(vec![0.5, 1.5]),
-            ..base.clone()
-        };
-        let f = fastest_rates(&a, &b);
-        assert_eq!(f.kernels.unwrap().multiply, vec![[1e9, 0.02]]);
-        assert_eq!((f.task_overhead, f.task_wake), (Some(0.4e-3), Some(0.3e-3)));
-        assert_eq!(f.task_ending, Some(vec![[1e6, 1e-3]]));
-        assert_eq!((f.ray_pixel_rate, f.ray_profile), (Some(6e5), Some(vec![0.5, 1.5])), "the profile goes with its rate");
+        let t = typical_rates(&[timing(0.02, Some(0.5e-3), 2e-3, 6e5), timing(0.05, Some(0.4e-3), 1e-3, 4e5), timing(0.021, None, 9e-3, 5e5)]);
+        assert_eq!(t.kernels.unwrap().multiply, vec![[1e9, 0.021]], "one disturbed timing does not move it");
+        assert_eq!(t.task_overhead, Some(0.45e-3), "two timings: their mean");
+        assert_eq!(t.task_ending, Some(vec![[1e6, 2e-3]]));
+        assert_eq!((t.ray_pixel_rate, t.ray_profile), (Some(5e5), Some(vec![0.5])), "the profile goes with its rate");
     }
 }

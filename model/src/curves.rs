@@ -86,16 +86,17 @@ impl KernelCurves {
         }
     }
 
-    /// Both measurements' points, the faster where both timed a size: the
-    /// rates of the least disturbed of several timings.
-    pub fn fastest_of(&self, other: &KernelCurves) -> KernelCurves {
+    /// Several timings' curves, each kernel's point by point at the median
+    /// ([`median_of`]).
+    pub fn median_of(timings: &[&KernelCurves]) -> KernelCurves {
+        let of = |k: Kernel| median_of(&timings.iter().map(|t| t.of(k)).collect::<Vec<_>>());
         KernelCurves {
-            multiply: fastest(&self.multiply, &other.multiply),
-            solve: fastest(&self.solve, &other.solve),
-            factor: fastest(&self.factor, &other.factor),
-            lu: fastest(&self.lu, &other.lu),
-            syrk: fastest(&self.syrk, &other.syrk),
-            lu_solve: fastest(&self.lu_solve, &other.lu_solve),
+            multiply: of(Kernel::Multiply),
+            solve: of(Kernel::Solve),
+            factor: of(Kernel::Factor),
+            lu: of(Kernel::Lu),
+            syrk: of(Kernel::Syrk),
+            lu_solve: of(Kernel::LuSolve),
         }
     }
 
@@ -142,15 +143,31 @@ pub fn merge(old: &[[f64; 2]], new: &[[f64; 2]]) -> Vec<[f64; 2]> {
     out
 }
 
-/// Both curves' points in order; where both have a size, the fewer seconds.
-pub fn fastest(a: &[[f64; 2]], b: &[[f64; 2]]) -> Vec<[f64; 2]> {
-    let mut out = merge(a, b);
-    for p in &mut out {
-        if let Some(q) = a.iter().find(|q| same_flop(q[0], p[0])) {
-            p[1] = p[1].min(q[1]);
-        }
+/// Every size any of `curves` timed, in order, at the median of the
+/// seconds the curves that timed it have (the mean of the middle two for
+/// an even count): several timings' typical rate, which one disturbed
+/// timing does not move.
+pub fn median_of(curves: &[&[[f64; 2]]]) -> Vec<[f64; 2]> {
+    let sizes = curves.iter().fold(Vec::new(), |acc, c| merge(&acc, c));
+    sizes
+        .into_iter()
+        .map(|[x, _]| {
+            let mut secs: Vec<f64> = curves.iter().filter_map(|c| c.iter().find(|q| same_flop(q[0], x))).map(|q| q[1]).collect();
+            [x, median(&mut secs)]
+        })
+        .collect()
+}
+
+/// The median of a non-empty list (the mean of the middle two for an even
+/// count).
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
     }
-    out
 }
 
 fn same_flop(a: f64, b: f64) -> bool {
@@ -203,12 +220,13 @@ mod tests {
     }
 
     #[test]
-    fn the_fastest_of_two_timings_keeps_every_size_and_the_fewer_seconds() {
+    fn the_median_of_timings_keeps_every_size_and_ignores_one_outlier() {
         let a = [[1.0, 2.0], [4.0, 3.0]];
-        let b = [[1.0, 1.5], [2.0, 9.0], [4.0, 5.0]];
-        assert_eq!(fastest(&a, &b), vec![[1.0, 1.5], [2.0, 9.0], [4.0, 3.0]]);
-        assert_eq!(fastest(&b, &a), fastest(&a, &b));
-        assert_eq!(fastest(&[], &a), a.to_vec());
+        let b = [[1.0, 9.0], [2.0, 9.0], [4.0, 5.0]];
+        let c = [[1.0, 2.2], [4.0, 3.2]];
+        assert_eq!(median_of(&[&a, &b, &c]), vec![[1.0, 2.2], [2.0, 9.0], [4.0, 3.2]]);
+        assert_eq!(median_of(&[&a, &b]), vec![[1.0, 5.5], [2.0, 9.0], [4.0, 4.0]], "two: their mean");
+        assert_eq!(median_of(&[&a]), a.to_vec());
     }
 
     #[test]
