@@ -421,9 +421,9 @@ fn typical_rates(timings: &[Params]) -> Params {
         (!v.is_empty()).then(|| model::curves::median_of(&v))
     };
     let kernels: Vec<&model::KernelCurves> = timings.iter().filter_map(|t| t.kernels.as_ref()).collect();
-    let mut by_ray: Vec<&Params> = timings.iter().filter(|t| t.ray_pixel_rate.is_some()).collect();
-    by_ray.sort_by(|x, y| x.ray_pixel_rate.partial_cmp(&y.ray_pixel_rate).expect("rates are finite"));
-    let ray = by_ray.get(by_ray.len() / 2).copied().unwrap_or(&timings[0]);
+    let mut by_ray: Vec<(f64, &Params)> = timings.iter().filter_map(|t| Some((t.ray_pixel_rate?, t))).collect();
+    by_ray.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let ray = by_ray.get(by_ray.len() / 2).map_or(&timings[0], |r| r.1);
     Params {
         kernels: (!kernels.is_empty()).then(|| model::KernelCurves::median_of(&kernels)),
         task_overhead: scalar(|t| t.task_overhead),

@@ -36,10 +36,10 @@ fn multiplies_of_several_shapes_match_in_core_dgemm() {
     slaves.into_iter().for_each(kill);
 }
 
-/// Runs C = A·B with `n_slaves` slaves; with a seed, the first `kills` of
-/// them carry seeded kill points (`support::run_slaves_with_kill_points`).
+/// Runs C = A·B with `n_slaves` slaves, the first `kills` of them with
+/// kill points seeded by `seed` (`support::run_slaves_with_kill_points`).
 /// Returns the job id and the kills that landed while the job ran.
-fn run_with_kills(store: &str, out: &str, n_slaves: usize, kill_seed: Option<u64>, kills: usize) -> (String, usize) {
+fn run_with_kills(store: &str, out: &str, n_slaves: usize, kills: usize, seed: u64) -> (String, usize) {
     let job = master_ok(store, &["submit", "matmul", "A", "B", "--out", out]);
     let id: uuid::Uuid = job.parse().unwrap();
     let rt = runtime();
@@ -48,7 +48,7 @@ fn run_with_kills(store: &str, out: &str, n_slaves: usize, kill_seed: Option<u64
         let peek = |k: String| rt.block_on(c.peek_small(&k)).unwrap().is_some();
         peek(slave::record::finished_key(id)) || peek(slave::record::failed_key(id))
     };
-    let made = support::run_slaves_with_kill_points(store, n_slaves, if kill_seed.is_some() { kills } else { 0 }, kill_seed.unwrap_or(0), ended);
+    let made = support::run_slaves_with_kill_points(store, n_slaves, kills, seed, ended);
     master_ok(store, &["wait", &job]);
     (job, made.len())
 }
@@ -64,8 +64,8 @@ fn ten_slave_kills_leave_the_product_bit_identical_and_every_task_committed_once
     let s = store.addr.as_str();
     create(s, "A", 1280, 1280, 128, 1);
     create(s, "B", 1280, 1280, 128, 2);
-    let (clean, _) = run_with_kills(s, "C_clean", 3, None, 0);
-    let (killed, kills) = run_with_kills(s, "C_killed", 3, Some(seed), 10);
+    let (clean, _) = run_with_kills(s, "C_clean", 3, 0, seed);
+    let (killed, kills) = run_with_kills(s, "C_killed", 3, 10, seed);
     assert!(kills >= 10, "only {kills} kills landed while the job ran");
     let rt = runtime();
     rt.block_on(async {

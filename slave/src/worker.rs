@@ -103,7 +103,10 @@ impl Slave {
         loop {
             match Slave::connect(self.config.clone()).await {
                 Ok(s) => {
-                    *self = s;
+                    // A kill point counts the tasks of this process, not
+                    // of one connection.
+                    let kill = self.kill.clone();
+                    *self = Slave { kill, ..s };
                     return Ok(());
                 }
                 Err(e) if e.is_retryable() => {

@@ -224,7 +224,7 @@ pub fn run_slaves_with_kill_points(store: &str, n: usize, kills: usize, seed: u6
     let mut points: Vec<String> = (0..kills)
         .map(|_| {
             let place = slave::kill_point::KillPlace::ALL[rng.gen_range(0..3)];
-            format!("{}:{}", place.name(), rng.gen_range(1..=2))
+            slave::kill_point::KillPoint { place, task: rng.gen_range(1..=2) }.to_string()
         })
         .collect();
     points.reverse();
@@ -250,7 +250,7 @@ pub fn run_slaves_with_kill_points(store: &str, n: usize, kills: usize, seed: u6
                 continue;
             };
             let (_, point) = slaves.remove(k);
-            assert!(status.signal() == Some(9) && point.is_some(), "a slave (kill point {point:?}) ended on its own: {status}");
+            assert!(status.signal() == Some(nix::libc::SIGKILL) && point.is_some(), "a slave (kill point {point:?}) ended on its own: {status}");
             fired.extend(point);
             owed += 1;
         }
