@@ -166,6 +166,10 @@ pub(crate) struct JobResult {
     pub(crate) duplicates: usize,
     /// Sum over tasks of dequeue-to-commit time, seconds.
     pub(crate) task_seconds: f64,
+    /// Sum over tasks of their threads' time in kernels, seconds.
+    pub(crate) kernel_seconds: f64,
+    /// Sum over tasks of their threads' wait for a core, seconds.
+    pub(crate) core_wait_seconds: f64,
     pub(crate) failure: Option<String>,
 }
 
@@ -522,6 +526,8 @@ async fn wait_job(client: &Client, id: Uuid, timeout: Duration) -> anyhow::Resul
         redone: done.iter().filter(|d| d.attempts > 0).count(),
         duplicates: done.iter().filter(|d| d.count != 1).count(),
         task_seconds: done.iter().map(|d| d.compute_ms as f64 / 1e3).sum(),
+        kernel_seconds: done.iter().map(|d| d.kernel_us as f64 / 1e6).sum(),
+        core_wait_seconds: done.iter().map(|d| d.core_wait_us as f64 / 1e6).sum(),
         failure,
     })
 }

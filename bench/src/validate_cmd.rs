@@ -227,6 +227,26 @@ fn thesis_params(params: &Params) -> Params {
     }
 }
 
+/// Seconds the kernels of one run of `app` take at `params`' rates, timed
+/// alone: the model's single-slave time with every transfer free and no
+/// per-task costs.
+fn kernels_alone(app: App, n: u64, b: u64, params: &Params) -> anyhow::Result<f64> {
+    if app == App::Raytrace {
+        return Ok(0.0);
+    }
+    let free = model::Piecewise::new(1e30, 0.0);
+    let p = Params {
+        network: free,
+        disk_get: free,
+        disk_get_cached: None,
+        disk_put: free,
+        disk_put_cached: None,
+        ..thesis_params(params)
+    };
+    let opts = Options { shared_cpu: None, slave_overlap: false, ..implementation_options(app, 1, 1) };
+    Ok(predict(app, n, b, &p, &opts)?.t1)
+}
+
 /// CPU seconds all cores spent busy so far (user, system, interrupts and
 /// time the host took them: not idle, not waiting for I/O), from
 /// /proc/stat: less the job's processes, what else ran beside a job.
@@ -266,6 +286,12 @@ struct Point {
     ok: bool,
     /// Every successful run's seconds, in order (the fastest is `measured`).
     runs: Vec<f64>,
+    /// Of the fastest run: its tasks' time in kernels, and their threads'
+    /// wait for a core, seconds (summed over tasks).
+    kernels: f64,
+    core_wait: f64,
+    /// The same kernels at the rates timed alone (the model's), seconds.
+    kernels_alone: f64,
 }
 
 impl Point {
@@ -278,6 +304,15 @@ impl Point {
         }
         (slowest - self.measured) / self.measured
     }
+    /// How much longer the job's kernels took than the same kernels timed
+    /// alone (0 where the app has none).
+    fn kernel_excess(&self) -> f64 {
+        if self.kernels <= 0.0 || self.kernels_alone <= 0.0 {
+            return 0.0;
+        }
+        (self.kernels - self.kernels_alone) / self.kernels_alone
+    }
+
     fn err(&self) -> f64 {
         (self.extended.predicted - self.measured) / self.measured
     }
@@ -551,6 +586,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     load,
                     ok: r.ok(),
                     runs,
+                    kernels: r.kernel_seconds,
+                    core_wait: r.core_wait_seconds,
+                    kernels_alone: kernels_alone(case.model, case.n, b, &now)?,
                 };
                 eprintln!(
                     "{:<9} n={:<5} b={:<5} s={s}: measured {:>7.2} s, predicted {:>7.2} s ({:+.1} %), thesis model {:>7.2} s ({:+.1} %){}",
@@ -585,7 +623,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                        "predicted": p.extended.predicted, "lwr": p.extended.t_s.lwr, "upr": p.extended.t_s.upr,
                        "thesis_predicted": p.thesis.predicted, "error": p.err(), "thesis_error": p.thesis_err(),
                        "store_cpu": p.store_cpu, "slaves_cpu": p.slaves_cpu, "other_cpu": p.other_cpu, "load": p.load, "ok": p.ok,
-                       "runs": p.runs, "spread": p.spread()})
+                       "runs": p.runs, "spread": p.spread(), "kernels": p.kernels, "kernels_alone": p.kernels_alone,
+                       "core_wait": p.core_wait})
             })
             .collect();
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
@@ -620,12 +659,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 fn print_table(points: &[Point]) {
     println!();
     println!(
-        "{:<9} {:>5} {:>5} {:>2} {:>6} {:>9} {:>7} {:>9} {:>19} {:>8} {:>9} {:>8} {:>6} {:>6} {:>6} {:>5}",
-        "app", "n", "b", "s", "tasks", "measured", "spread", "predicted", "band [lwr, upr]", "error", "thesis", "error", "store", "slaves", "other", "load"
+        "{:<9} {:>5} {:>5} {:>2} {:>6} {:>9} {:>7} {:>9} {:>19} {:>8} {:>9} {:>8} {:>6} {:>6} {:>6} {:>5} {:>7} {:>6}",
+        "app", "n", "b", "s", "tasks", "measured", "spread", "predicted", "band [lwr, upr]", "error", "thesis", "error", "store", "slaves", "other", "load",
+        "kernels", "wait"
     );
     for p in points {
         println!(
-            "{:<9} {:>5} {:>5} {:>2} {:>6} {:>8.2}s {:>6.1}% {:>8.2}s {:>19} {:>+7.1}% {:>8.2}s {:>+7.1}% {:>5.0}% {:>5.0}% {:>5.0}% {:>5.2}{}",
+            "{:<9} {:>5} {:>5} {:>2} {:>6} {:>8.2}s {:>6.1}% {:>8.2}s {:>19} {:>+7.1}% {:>8.2}s {:>+7.1}% {:>5.0}% {:>5.0}% {:>5.0}% {:>5.2} {:>7} {:>6}{}",
             p.app,
             p.n,
             p.b,
@@ -642,10 +682,12 @@ fn print_table(points: &[Point]) {
             100.0 * p.slaves_cpu,
             100.0 * p.other_cpu,
             p.load,
+            if p.kernels > 0.0 { format!("{:+.1}%", 100.0 * p.kernel_excess()) } else { "-".into() },
+            if p.kernels > 0.0 { format!("{:.2}s", p.core_wait) } else { "-".into() },
             if p.ok { "" } else { "  FAILED" }
         );
     }
-    println!("(measured: the fastest run; spread: how much slower the slowest run was; store, slaves: CPU used during the job as % of one core; other: CPU of everything else meanwhile (kernel threads such as kdamond, other processes, time the host took); load: 1-min load average before the job)");
+    println!("(measured: the fastest run; spread: how much slower the slowest run was; store, slaves: CPU used during the job as % of one core; other: CPU of everything else meanwhile (kernel threads such as kdamond, other processes, time the host took); load: 1-min load average before the job; kernels: how much longer the job's kernels took than the same kernels timed alone; wait: seconds its task threads were runnable but waited for a core)");
 }
 
 /// Registers a system TrueType font for plotters' text (it has none built

@@ -241,6 +241,17 @@ impl JobStatus {
         self.done.iter().map(|d| d.flops).sum()
     }
 
+    /// Seconds the committed tasks' threads spent in BLAS/LAPACK kernels.
+    pub(crate) fn kernel_seconds(&self) -> f64 {
+        self.done.iter().map(|d| d.kernel_us as f64 / 1e6).sum()
+    }
+
+    /// Seconds the committed tasks' threads were runnable but waited for a
+    /// core (other threads held them: the store node's, the slaves' I/O).
+    pub(crate) fn core_wait_seconds(&self) -> f64 {
+        self.done.iter().map(|d| d.core_wait_us as f64 / 1e6).sum()
+    }
+
     /// Tasks whose committed run came after an orphaned one.
     pub(crate) fn n_redone(&self) -> usize {
         self.done.iter().filter(|d| d.attempts > 0).count()
@@ -393,6 +404,17 @@ pub(crate) fn print_status(s: &JobStatus, slaves: usize) {
         left,
         slaves
     );
+    let kernels = s.kernel_seconds();
+    if kernels > 0.0 {
+        // Where the tasks' time went: against the kernels' rate alone
+        // (`bench params`), a low rate here means the cores were shared.
+        println!(
+            "  committed tasks: {:.2} s in kernels ({:.2} GFLOP/s while in them), {:.2} s runnable but waiting for a core",
+            kernels,
+            s.flops_done() / kernels / 1e9,
+            s.core_wait_seconds()
+        );
+    }
     println!("  {:<60} {:>6} {:>6} {:>8} {:>8} {:>5}", "bag", "total", "done", "running", "waiting", "dead");
     for b in &s.per_bag {
         println!("  {:<60} {:>6} {:>6} {:>8} {:>8} {:>5}", b.name, b.total, b.done, b.running, b.waiting, b.dead);
@@ -470,7 +492,7 @@ mod tests {
         let params = apps::raytrace::RenderParams { level: 0, width: 4, height: n_tasks as u32, grain: 1, samples: 1 };
         let spec = JobSpec::Raytrace { job: Uuid::new_v4(), name: "img".into(), params };
         let record = JobRecord { spec, bags: vec!["b".into()], n_tasks: vec![n_tasks], submitted_ms: 0 };
-        let one = TaskDone { count: 1, flops: 0.0, slave: "s".into(), attempts: 0, finished_ms: 1, compute_ms: 1 };
+        let one = TaskDone { count: 1, flops: 0.0, slave: "s".into(), attempts: 0, finished_ms: 1, compute_ms: 1, kernel_us: 0, core_wait_us: 0 };
         JobStatus { record, per_bag: vec![], failed: None, finished_ms: finished.then_some(1), done: vec![one; done] }
     }
 

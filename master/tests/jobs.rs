@@ -109,6 +109,14 @@ fn a_job_runs_to_the_end_without_the_cli_and_a_new_cli_sees_it() {
     }
     let status = master_ok(s, &["status", &job[..8]]);
     assert!(status.contains("succeeded") && status.contains("16/16"), "{status}");
+    // The slaves' task records say how long their kernels ran, so status
+    // gives the rate while in them.
+    let in_kernels = status
+        .split_once("s in kernels (")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no kernel rate in {status}"));
+    assert!(in_kernels > 0.0 && in_kernels.is_finite(), "{status}");
     assert!(master_ok(s, &["jobs"]).contains(&job));
 }
 

@@ -54,6 +54,14 @@ pub struct TaskDone {
     pub attempts: u32,
     pub finished_ms: u64,
     pub compute_ms: u64,
+    /// Microseconds the task's thread spent in BLAS/LAPACK kernels (absent
+    /// in records of slaves before it was kept).
+    #[serde(default)]
+    pub kernel_us: u64,
+    /// Microseconds the task's thread was runnable but waited for a core
+    /// ([`crate::core_wait`]).
+    #[serde(default)]
+    pub core_wait_us: u64,
 }
 
 /// How many jobs were ever submitted: each submit adds one in the action

@@ -9,6 +9,7 @@ use apps::job::{run_task, ErrorClass};
 use store_client::{Action, Client, Dequeue, Session, StoreError, Task};
 use uuid::Uuid;
 
+use crate::core_wait::ThreadSched;
 use crate::ctx::{LargestBlock, StoreCtx, Writes};
 use crate::kill_point::{KillPlace, KillPoint, KillSwitch};
 use crate::record::{self, Failure, JobRecord, TaskDone};
@@ -237,17 +238,22 @@ impl Slave {
         let rt = tokio::runtime::Handle::current();
         let (client, spec) = (self.client.clone(), job.spec.clone());
         let writes = Writes::new(self.in_flight.clone(), self.largest_block.clone());
-        let (outcome, action, task, writes, waits, kernels, ran) = tokio::task::spawn_blocking(move || {
+        let (outcome, action, task, writes, waits, (kernels, core_wait), ran) = tokio::task::spawn_blocking(move || {
             let ran = Instant::now();
             let mut ctx = StoreCtx { rt, client: &client, action: &action, job: spec.job(), prefetch: Default::default(), writes, waits: Default::default() };
             let tries = task.attempts + task.returns;
             apps::kernels::take_kernel_time();
+            let sched = ThreadSched::now();
             let outcome = run_task(&spec, &task.payload, tries, &mut ctx);
             let kernels = apps::kernels::take_kernel_time();
+            let core_wait = match (ThreadSched::now(), sched) {
+                (Some(after), Some(before)) => after.since(before).waited,
+                _ => Duration::ZERO,
+            };
             // Ends any prefetch the task announced but never read, before
             // the action commits or aborts.
             let StoreCtx { writes, waits, .. } = ctx;
-            (outcome, action, task, writes, waits, kernels, (ran.duration_since(started), ran.elapsed()))
+            (outcome, action, task, writes, waits, (kernels, core_wait), (ran.duration_since(started), ran.elapsed()))
         })
         .await
         .map_err(|e| StoreError::StoreUnavailable { what: format!("task thread failed: {e}") })?;
@@ -261,6 +267,7 @@ impl Slave {
             handoff_ms = ms(ran.0),
             on_thread_ms = ms(ran.1),
             kernel_ms = ms(kernels),
+            core_wait_ms = ms(core_wait),
             write_ms = ms(waits.write_calls),
             prefetched = waits.prefetched,
             prefetched_wait_ms = ms(waits.prefetched_wait),
@@ -281,6 +288,8 @@ impl Slave {
                     attempts: task.attempts,
                     finished_ms: 0,
                     compute_ms: started.elapsed().as_millis() as u64,
+                    kernel_us: kernels.as_micros() as u64,
+                    core_wait_us: core_wait.as_micros() as u64,
                 };
                 let key = record::done_key(id, bag_index, task.seq);
                 // One ending at a time: the slave holds at most one task's
