@@ -98,6 +98,8 @@ struct Latencies {
     slave_start: f64,
     /// The store process's CPU seconds per task ([`Params::store_cpu_per_task`]).
     store_cpu_per_task: f64,
+    /// The slave's ([`Params::slave_cpu_per_task`]).
+    slave_cpu_per_task: f64,
 }
 
 /// `master submit` arguments of a job of one tiny task writing `out`.
@@ -105,28 +107,34 @@ fn tiny_job(out: &str) -> [&str; 11] {
     ["raytrace", "--level", "0", "--width", "1", "--height", "1", "--grain", "1", "--out", out]
 }
 
-/// Tasks of each job [`store_cpu_per_task`] runs: the store's CPU is read
+/// Tasks of each job [`cpu_per_task`] runs: the store's CPU is read
 /// in clock ticks (10 ms), and 0.2 ms a task makes 100 ms of it.
 const CPU_TASKS: u32 = 500;
 
-/// The store process's CPU seconds per task: over jobs of [`CPU_TASKS`]
-/// tiny tasks (a scanline of one pixel each) less jobs of one, each pair
-/// run `rounds` times and summed, so the jobs' own bookkeeping cancels.
-fn store_cpu_per_task(c: &crate::cluster::Cluster, rounds: usize) -> anyhow::Result<f64> {
+/// The store process's and the slave's CPU seconds per task: over jobs
+/// of [`CPU_TASKS`] tiny tasks (a scanline of one pixel each) less jobs of
+/// one, each pair run `rounds` times and summed, so the jobs' own
+/// bookkeeping cancels.
+fn cpu_per_task(c: &crate::cluster::Cluster, rounds: usize) -> anyhow::Result<(f64, f64)> {
     let height = CPU_TASKS.to_string();
-    let store_cpu = |args: &[&str]| -> anyhow::Result<f64> {
-        let before = c.snapshot().store.cpu_s;
+    let cpu = |args: &[&str]| -> anyhow::Result<(f64, f64)> {
+        let slaves = |s: &crate::cluster::Snapshot| s.slaves.iter().map(|p| p.cpu_s).sum::<f64>();
+        let before = c.snapshot();
         let r = c.run_job(args, Duration::from_secs(120))?;
-        anyhow::ensure!(r.ok(), "store CPU job failed: {:?}", r.failure);
-        Ok(c.snapshot().store.cpu_s - before)
+        anyhow::ensure!(r.ok(), "CPU-per-task job failed: {:?}", r.failure);
+        let after = c.snapshot();
+        Ok((after.store.cpu_s - before.store.cpu_s, slaves(&after) - slaves(&before)))
     };
-    let (mut many, mut one) = (0.0, 0.0);
+    let (mut many, mut one) = ((0.0, 0.0), (0.0, 0.0));
     for k in 0..rounds {
         let out = format!("store-cpu-{k}");
-        many += store_cpu(&["raytrace", "--level", "0", "--width", "1", "--height", &height, "--grain", "1", "--out", &out])?;
-        one += store_cpu(&tiny_job(&format!("store-cpu-one-{k}")))?;
+        let m = cpu(&["raytrace", "--level", "0", "--width", "1", "--height", &height, "--grain", "1", "--out", &out])?;
+        let o = cpu(&tiny_job(&format!("store-cpu-one-{k}")))?;
+        many = (many.0 + m.0, many.1 + m.1);
+        one = (one.0 + o.0, one.1 + o.1);
     }
-    Ok(((many - one) / (rounds as f64 * f64::from(CPU_TASKS - 1))).max(0.0))
+    let per = |many: f64, one: f64| ((many - one) / (rounds as f64 * f64::from(CPU_TASKS - 1))).max(0.0);
+    Ok((per(many.0, one.0), per(many.1, one.1)))
 }
 
 fn latencies(quick: bool) -> anyhow::Result<Latencies> {
@@ -138,7 +146,7 @@ fn latencies(quick: bool) -> anyhow::Result<Latencies> {
         anyhow::ensure!(r.ok(), "latency job failed: {:?}", r.failure);
         job.push(r.seconds);
     }
-    let store_cpu_per_task = store_cpu_per_task(&c, if quick { 1 } else { 3 })?;
+    let (store_cpu_per_task, slave_cpu_per_task) = cpu_per_task(&c, if quick { 1 } else { 3 })?;
     c.kill_slave(0)?;
     let mut start = Vec::new();
     for k in 0..if quick { 2 } else { 5 } {
@@ -150,7 +158,7 @@ fn latencies(quick: bool) -> anyhow::Result<Latencies> {
         start.push(t0.elapsed().as_secs_f64());
         c.kill_slave(slave)?;
     }
-    Ok(Latencies { job: median(&mut job), slave_start: median(&mut start), store_cpu_per_task })
+    Ok(Latencies { job: median(&mut job), slave_start: median(&mut start), store_cpu_per_task, slave_cpu_per_task })
 }
 
 /// One measured point of a sweep: work (flop or bytes) and seconds.
@@ -990,9 +998,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         eprintln!("job latency (submit to finished, one empty task, one idle slave): {:.3} s", l.job);
         eprintln!("slave start (process start to its first task committed): {:.3} s", l.slave_start);
         eprintln!("store CPU per task (begin, dequeue, record, commit): {:.3} ms", l.store_cpu_per_task * 1e3);
+        eprintln!("slave CPU per task (the same requests, the slave's side): {:.3} ms", l.slave_cpu_per_task * 1e3);
     }
     let (latency, start) = (lat.as_ref().map(|l| l.job), lat.as_ref().map(|l| l.slave_start));
     let store_cpu = lat.as_ref().map(|l| l.store_cpu_per_task);
+    let slave_cpu = lat.as_ref().map(|l| l.slave_cpu_per_task);
 
     let host = std::fs::read_to_string("/etc/hostname").map(|s| s.trim().to_owned()).unwrap_or_else(|_| "this machine".into());
     let params = Params {
@@ -1028,6 +1038,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         job_latency: latency,
         slave_start: start,
         store_cpu_per_task: store_cpu,
+        slave_cpu_per_task: slave_cpu,
         // Beside the fits: the kernels' rates keep rising with b over
         // the sizes jobs use, which one bandwidth cannot follow.
         kernels: Some(k.curves()),
@@ -1075,6 +1086,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(c) = store_cpu {
         fig("params_store_cpu_per_task", c * 1e3, "ms");
+    }
+    if let Some(c) = slave_cpu {
+        fig("params_slave_cpu_per_task", c * 1e3, "ms");
     }
     Ok(())
 }

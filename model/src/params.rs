@@ -249,6 +249,13 @@ pub struct Params {
     /// process's CPU over jobs of many empty tasks. Absent: 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_cpu_per_task: Option<f64>,
+    /// Extension: CPU seconds a slave spends on each task beyond its
+    /// kernels and reads (its side of begin, dequeue, record and commit,
+    /// its runtime's wake-ups). Like [`Params::store_cpu_per_task`] it
+    /// loads the cores beside the kernels. Measured by `bench params` as
+    /// the slave processes' CPU over the same jobs. Absent: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slave_cpu_per_task: Option<f64>,
     /// Extension: the kernels' measured times by size
     /// ([`crate::curves`]); when a kernel has a curve, it is used instead
     /// of its piecewise rate. Absent: the thesis's piecewise rates.
@@ -318,6 +325,7 @@ impl Params {
             job_latency: None,
             slave_start: None,
             store_cpu_per_task: None,
+            slave_cpu_per_task: None,
             kernels: None,
         }
     }
@@ -448,6 +456,7 @@ impl Params {
             ("job_latency", self.job_latency),
             ("slave_start", self.slave_start),
             ("store_cpu_per_task", self.store_cpu_per_task),
+            ("slave_cpu_per_task", self.slave_cpu_per_task),
         ] {
             let Some(t) = v else { continue };
             if !(t.is_finite() && t >= 0.0) {
