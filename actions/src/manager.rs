@@ -212,12 +212,7 @@ where
     /// Holders of `key` that keep `action` from taking it in `mode`.
     pub fn conflicting_holders(&self, action: ActionId, key: &K, mode: LockMode) -> Vec<ActionId> {
         let Some(entry) = self.locks.get(key) else { return Vec::new() };
-        entry
-            .holders
-            .iter()
-            .filter(|&&(h, held)| held.conflicts(mode) && !self.is_ancestor_or_self(h, action))
-            .map(|&(h, _)| h)
-            .collect()
+        entry.holders.iter().filter(|&&(h, held)| held.conflicts(mode) && !self.is_ancestor_or_self(h, action)).map(|&(h, _)| h).collect()
     }
 
     /// Asks for `key` in `mode`. A conflict either closes a wait-for cycle
@@ -434,14 +429,8 @@ where
     /// Aborts every running top-level action of a session (its connection
     /// broke or its lease lapsed). Committing actions finish on their own.
     pub fn abort_session(&mut self, session: SessionId) -> Vec<Aborted<K, V>> {
-        let tops: Vec<ActionId> = self
-            .by_session
-            .get(&session)
-            .into_iter()
-            .flatten()
-            .copied()
-            .filter(|a| !self.actions[a].committing)
-            .collect();
+        let tops: Vec<ActionId> =
+            self.by_session.get(&session).into_iter().flatten().copied().filter(|a| !self.actions[a].committing).collect();
         tops.into_iter().filter_map(|a| self.abort(a).ok()).collect()
     }
 }

@@ -53,13 +53,7 @@ pub struct MatrixMeta {
 impl MatrixMeta {
     /// A new matrix description with a fresh random id.
     pub fn new(name: impl Into<String>, n_rows: u64, n_cols: u64, block: u32) -> Self {
-        MatrixMeta {
-            id: MatrixId(uuid::Uuid::new_v4()),
-            name: name.into(),
-            n_rows,
-            n_cols,
-            block,
-        }
+        MatrixMeta { id: MatrixId(uuid::Uuid::new_v4()), name: name.into(), n_rows, n_cols, block }
     }
 
     /// Number of block rows (`ceil(n_rows / b)`; 0 when `b` is 0).
@@ -78,10 +72,7 @@ impl MatrixMeta {
         if i >= self.block_rows() || j >= self.block_cols() {
             return (0, 0);
         }
-        (
-            extent(self.n_rows, self.block, i),
-            extent(self.n_cols, self.block, j),
-        )
+        (extent(self.n_rows, self.block, i), extent(self.n_cols, self.block, j))
     }
 
     /// Whether `(i, j)` lies inside the block grid.
@@ -215,10 +206,7 @@ impl Block {
         if Some(bytes.len()) != rows.checked_mul(cols).and_then(|n| n.checked_mul(8)) {
             return Err(BlockBytesError { len: bytes.len(), rows, cols });
         }
-        let data = bytes
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-            .collect();
+        let data = bytes.chunks_exact(8).map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect();
         Ok(Block { rows, cols, data })
     }
 }

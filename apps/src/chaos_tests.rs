@@ -37,14 +37,8 @@ fn matmul_under_kills() {
 
 #[test]
 fn cholesky_variants_under_kills_and_reordering() {
-    for (n, v) in [
-        CholeskyVariant::SingleBag,
-        CholeskyVariant::MultiStep1,
-        CholeskyVariant::MultiStep2,
-        CholeskyVariant::Dag,
-    ]
-    .into_iter()
-    .enumerate()
+    for (n, v) in
+        [CholeskyVariant::SingleBag, CholeskyVariant::MultiStep1, CholeskyVariant::MultiStep2, CholeskyVariant::Dag].into_iter().enumerate()
     {
         let a = MatrixMeta::new("A", 161, 161, 32);
         let l = MatrixMeta::new("L", 161, 161, 32);

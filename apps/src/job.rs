@@ -129,10 +129,7 @@ impl JobSpec {
     /// The job id.
     pub fn job(&self) -> uuid::Uuid {
         match self {
-            JobSpec::Matmul { job, .. }
-            | JobSpec::Cholesky { job, .. }
-            | JobSpec::Lu { job, .. }
-            | JobSpec::Raytrace { job, .. } => *job,
+            JobSpec::Matmul { job, .. } | JobSpec::Cholesky { job, .. } | JobSpec::Lu { job, .. } | JobSpec::Raytrace { job, .. } => *job,
         }
     }
 
@@ -222,11 +219,7 @@ pub(crate) fn check_nonempty(m: &MatrixMeta) -> Result<(), PlanError> {
         return Err(PlanError::Empty { name: m.name.clone(), n_rows: m.n_rows, n_cols: m.n_cols, block: m.block });
     }
     if m.block > MAX_BLOCK || m.block_rows() > MAX_GRID || m.block_cols() > MAX_GRID {
-        return Err(PlanError::TooLarge {
-            name: m.name.clone(),
-            block: m.block,
-            grid: (m.block_rows(), m.block_cols()),
-        });
+        return Err(PlanError::TooLarge { name: m.name.clone(), block: m.block, grid: (m.block_rows(), m.block_cols()) });
     }
     Ok(())
 }

@@ -10,8 +10,8 @@
 
 use crate::block::Block;
 use cblas_sys::{
-    cblas_dgemm, cblas_dsyrk, cblas_dtrsm, CblasColMajor, CblasLeft, CblasLower, CblasNoTrans,
-    CblasNonUnit, CblasRight, CblasTrans, CblasUnit, CblasUpper, CBLAS_TRANSPOSE,
+    cblas_dgemm, cblas_dsyrk, cblas_dtrsm, CblasColMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, CblasRight, CblasTrans,
+    CblasUnit, CblasUpper, CBLAS_TRANSPOSE,
 };
 
 extern "C" {

@@ -123,12 +123,7 @@ impl MemStore {
     /// Runs one task in its own action: on success its writes, small objects
     /// and enqueues are applied (enqueues are returned, not queued); on error
     /// nothing is.
-    pub fn run_one(
-        &mut self,
-        spec: &JobSpec,
-        task: &[u8],
-        tries: u32,
-    ) -> Result<Committed, TaskError> {
+    pub fn run_one(&mut self, spec: &JobSpec, task: &[u8], tries: u32) -> Result<Committed, TaskError> {
         let mut ctx = MemCtx::new(self, spec.job());
         let out = job::run_task(spec, task, tries, &mut ctx)?;
         let stats = ctx.stats;

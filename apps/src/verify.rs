@@ -254,7 +254,10 @@ pub fn lu_residual<S: BlockSource>(
 ) -> Result<f64, VerifyError<S::Error>> {
     let n = a.n_rows as usize;
     if a.n_rows != a.n_cols || (lu.n_rows, lu.n_cols, lu.block) != (a.n_rows, a.n_cols, a.block) {
-        return Err(VerifyError::Shape(format!("A {}x{} b={}, LU {}x{} b={}", a.n_rows, a.n_cols, a.block, lu.n_rows, lu.n_cols, lu.block)));
+        return Err(VerifyError::Shape(format!(
+            "A {}x{} b={}, LU {}x{} b={}",
+            a.n_rows, a.n_cols, a.block, lu.n_rows, lu.n_cols, lu.block
+        )));
     }
     if let Some(p) = perm {
         if p.len() != n || p.iter().any(|&r| r as usize >= n) {

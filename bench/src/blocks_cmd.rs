@@ -237,13 +237,21 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         let r2 = |x: f64| (x * 100.0).round() / 100.0;
         let r1 = |x: f64| (x * 10.0).round() / 10.0;
         let common = |v: Vec<(&'static str, serde_json::Value)>| {
-            let mut e = vec![("b", json!(b)), ("blocks", json!(k)), ("mib", json!(r1(total / MIB))), ("loadavg", json!(load)), ("via", json!(args.via.name()))];
+            let mut e = vec![
+                ("b", json!(b)),
+                ("blocks", json!(k)),
+                ("mib", json!(r1(total / MIB))),
+                ("loadavg", json!(load)),
+                ("via", json!(args.via.name())),
+            ];
             e.extend(v);
             e
         };
         for p in &puts {
             let (blocks_were, what) = match p.written {
-                Written::New => ("new", "store: begin+put_block+commit(synced) per new block; raw: append+fdatasync per block to a truncated file"),
+                Written::New => {
+                    ("new", "store: begin+put_block+commit(synced) per new block; raw: append+fdatasync per block to a truncated file")
+                }
                 Written::Over => (
                     "overwritten",
                     "store: begin+put_block+commit(synced) per block written before; raw: overwrite in place+fdatasync per block",
@@ -409,7 +417,8 @@ async fn store_read(client: Client, matrix: uuid::Uuid, b: u32, k: usize, batch:
     let mut sum = 0.0;
     let ids: Vec<(u32, u32)> = (0..k as u32).map(|j| (0, j)).collect();
     for chunk in ids.chunks(batch as usize) {
-        let blocks = if batch == 1 { vec![action.get_block(matrix, 0, chunk[0].1).await?] } else { action.get_blocks(matrix, chunk).await? };
+        let blocks =
+            if batch == 1 { vec![action.get_block(matrix, 0, chunk[0].1).await?] } else { action.get_blocks(matrix, chunk).await? };
         for (block, (_, j)) in blocks.iter().zip(chunk) {
             if block.rows != b as usize || block.cols != b as usize {
                 bail!("block (0, {j}) came back {}x{}", block.rows, block.cols);
@@ -433,4 +442,3 @@ fn drop_caches() -> anyhow::Result<()> {
     std::fs::write("/proc/sys/vm/drop_caches", "3\n").context("writing /proc/sys/vm/drop_caches")?;
     Ok(())
 }
-

@@ -112,7 +112,19 @@ fn print_probe(r: &probe::ProbeReport, net: &str) {
             e.extend(extra);
             e
         };
-        Figure { name: "bsp_l", value: r.l_us.mean, unit: "us", target: None, extra: base(vec![("sd", json!(r.l_us.sd)), ("samples", json!(r.l_us.n)), ("flops", json!(r.l_flops())), ("s_mflops", json!(r.s_flops / 1e6))]) }.print();
+        Figure {
+            name: "bsp_l",
+            value: r.l_us.mean,
+            unit: "us",
+            target: None,
+            extra: base(vec![
+                ("sd", json!(r.l_us.sd)),
+                ("samples", json!(r.l_us.n)),
+                ("flops", json!(r.l_flops())),
+                ("s_mflops", json!(r.s_flops / 1e6)),
+            ]),
+        }
+        .print();
         for (tag, f) in [("shift", &r.shift), ("total_exchange", &r.total_exchange)] {
             let mb_s = 8.0 / f.g_us; // bytes per µs = MB/s per process
             Figure {
@@ -146,7 +158,13 @@ fn schedules_and_mpi(args: &Args, mpi_side: Vec<(probe::MpiLike, Vec<Value>)>) -
         if sched == "latin" {
             latin = Some(st.mean);
         }
-        let mut extra = vec![("p", json!(pmax)), ("net", json!(args.net)), ("words_per_dest", json!(args.words)), ("sd", json!(st.sd)), ("samples", json!(st.n))];
+        let mut extra = vec![
+            ("p", json!(pmax)),
+            ("net", json!(args.net)),
+            ("words_per_dest", json!(args.words)),
+            ("sd", json!(st.sd)),
+            ("samples", json!(st.n)),
+        ];
         if let Some(r) = ratio {
             extra.push(("ratio_to_latin", json!(r)));
         }
@@ -155,9 +173,18 @@ fn schedules_and_mpi(args: &Args, mpi_side: Vec<(probe::MpiLike, Vec<Value>)>) -
 
     for (m, mpi) in &mpi_side {
         for ((btl, label), o) in [("tcp,self", "tcp"), ("vader,self", "shm")].into_iter().zip(mpi) {
-            let (bar, a2a, hrt) = (o["barrier_us"].as_f64().unwrap_or(f64::NAN), o["alltoall_mb_s"].as_f64().unwrap_or(f64::NAN), o["half_rtt_us"].as_f64().unwrap_or(f64::NAN));
+            let (bar, a2a, hrt) = (
+                o["barrier_us"].as_f64().unwrap_or(f64::NAN),
+                o["alltoall_mb_s"].as_f64().unwrap_or(f64::NAN),
+                o["half_rtt_us"].as_f64().unwrap_or(f64::NAN),
+            );
             let e = |extra: Vec<(&'static str, Value)>| {
-                let mut v = vec![("p", json!(m.p)), ("btl", json!(btl)), ("words_per_dest", json!(args.words)), ("median_of_runs", o["runs"].clone())];
+                let mut v = vec![
+                    ("p", json!(m.p)),
+                    ("btl", json!(btl)),
+                    ("words_per_dest", json!(args.words)),
+                    ("median_of_runs", o["runs"].clone()),
+                ];
                 v.extend(extra);
                 v
             };
@@ -165,14 +192,56 @@ fn schedules_and_mpi(args: &Args, mpi_side: Vec<(probe::MpiLike, Vec<Value>)>) -
             Figure { name: &format!("mpi_{label}_alltoall"), value: a2a, unit: "MB/s", target: None, extra: e(vec![]) }.print();
             Figure { name: &format!("mpi_{label}_half_rtt"), value: hrt, unit: "us", target: None, extra: e(vec![]) }.print();
             if label == "tcp" {
-                Figure { name: "bsp_barrier", value: m.barrier_us.mean, unit: "us", target: None, extra: e(vec![("sd", json!(m.barrier_us.sd))]) }.print();
-                Figure { name: "bsp_alltoall", value: m.alltoall_mb_s.mean, unit: "MB/s", target: None, extra: e(vec![("sd", json!(m.alltoall_mb_s.sd))]) }.print();
-                Figure { name: "bsp_half_rtt", value: m.half_rtt_us.mean, unit: "us", target: None, extra: e(vec![("sd", json!(m.half_rtt_us.sd))]) }.print();
+                Figure {
+                    name: "bsp_barrier",
+                    value: m.barrier_us.mean,
+                    unit: "us",
+                    target: None,
+                    extra: e(vec![("sd", json!(m.barrier_us.sd))]),
+                }
+                .print();
+                Figure {
+                    name: "bsp_alltoall",
+                    value: m.alltoall_mb_s.mean,
+                    unit: "MB/s",
+                    target: None,
+                    extra: e(vec![("sd", json!(m.alltoall_mb_s.sd))]),
+                }
+                .print();
+                Figure {
+                    name: "bsp_half_rtt",
+                    value: m.half_rtt_us.mean,
+                    unit: "us",
+                    target: None,
+                    extra: e(vec![("sd", json!(m.half_rtt_us.sd))]),
+                }
+                .print();
             }
             let t = |x| if label == "tcp" { Some(x) } else { None };
-            Figure { name: &format!("ratio_alltoall_bsp_over_mpi_{label}"), value: m.alltoall_mb_s.mean / a2a, unit: "x", target: t(0.9), extra: e(vec![("higher_is_better", json!(true))]) }.print();
-            Figure { name: &format!("ratio_barrier_bsp_over_mpi_{label}"), value: m.barrier_us.mean / bar, unit: "x", target: t(1.5), extra: e(vec![("higher_is_better", json!(false))]) }.print();
-            Figure { name: &format!("ratio_half_rtt_bsp_over_mpi_{label}"), value: m.half_rtt_us.mean / hrt, unit: "x", target: None, extra: e(vec![("higher_is_better", json!(false))]) }.print();
+            Figure {
+                name: &format!("ratio_alltoall_bsp_over_mpi_{label}"),
+                value: m.alltoall_mb_s.mean / a2a,
+                unit: "x",
+                target: t(0.9),
+                extra: e(vec![("higher_is_better", json!(true))]),
+            }
+            .print();
+            Figure {
+                name: &format!("ratio_barrier_bsp_over_mpi_{label}"),
+                value: m.barrier_us.mean / bar,
+                unit: "x",
+                target: t(1.5),
+                extra: e(vec![("higher_is_better", json!(false))]),
+            }
+            .print();
+            Figure {
+                name: &format!("ratio_half_rtt_bsp_over_mpi_{label}"),
+                value: m.half_rtt_us.mean / hrt,
+                unit: "x",
+                target: None,
+                extra: e(vec![("higher_is_better", json!(false))]),
+            }
+            .print();
         }
     }
     Ok(())
@@ -221,7 +290,19 @@ fn worker(mode: &str, args: &Args) -> anyhow::Result<()> {
                 "exchange" => {
                     let st: probe::Stat = serde_json::from_value(v)?;
                     let sched = std::env::var("BSP_SCHEDULE").unwrap_or_else(|_| "latin".into());
-                    Figure { name: &format!("bsp_total_exchange_{sched}"), value: st.mean, unit: "us", target: None, extra: vec![("p", json!(bsp.nprocs())), ("net", json!(args.net)), ("words_per_dest", json!(args.words)), ("sd", json!(st.sd))] }.print();
+                    Figure {
+                        name: &format!("bsp_total_exchange_{sched}"),
+                        value: st.mean,
+                        unit: "us",
+                        target: None,
+                        extra: vec![
+                            ("p", json!(bsp.nprocs())),
+                            ("net", json!(args.net)),
+                            ("words_per_dest", json!(args.words)),
+                            ("sd", json!(st.sd)),
+                        ],
+                    }
+                    .print();
                 }
                 _ => {}
             }

@@ -132,10 +132,7 @@ pub(crate) struct Snapshot {
 impl Snapshot {
     /// Storage bytes read / written by the store node between `self` and `later`.
     pub(crate) fn store_io_since(&self, later: &Snapshot) -> (u64, u64) {
-        (
-            later.store.read_bytes.saturating_sub(self.store.read_bytes),
-            later.store.write_bytes.saturating_sub(self.store.write_bytes),
-        )
+        (later.store.read_bytes.saturating_sub(self.store.read_bytes), later.store.write_bytes.saturating_sub(self.store.write_bytes))
     }
 
     /// CPU seconds of the store node and of all slaves (by position) between `self` and `later`.
@@ -259,7 +256,10 @@ impl Cluster {
     }
 
     /// Runs `f` with a client of the store node on the cluster's runtime.
-    pub(crate) fn with_client<T, F: std::future::Future<Output = anyhow::Result<T>>>(&self, f: impl FnOnce(Client) -> F) -> anyhow::Result<T> {
+    pub(crate) fn with_client<T, F: std::future::Future<Output = anyhow::Result<T>>>(
+        &self,
+        f: impl FnOnce(Client) -> F,
+    ) -> anyhow::Result<T> {
         self.rt.block_on(f(self.client.clone()))
     }
 
@@ -509,12 +509,8 @@ async fn wait_job(client: &Client, id: Uuid, timeout: Duration) -> anyhow::Resul
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     bar.finish_and_clear();
-    let done: Vec<TaskDone> = client
-        .scan_small(&record::done_prefix(id), 0)
-        .await?
-        .into_iter()
-        .filter_map(|(_, v)| serde_json::from_slice(&v).ok())
-        .collect();
+    let done: Vec<TaskDone> =
+        client.scan_small(&record::done_prefix(id), 0).await?.into_iter().filter_map(|(_, v)| serde_json::from_slice(&v).ok()).collect();
     let end_ms = finished.unwrap_or_else(record::now_ms);
     Ok(JobResult {
         id,

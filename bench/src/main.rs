@@ -6,14 +6,14 @@ mod blocks_cmd;
 mod bsp_cmd;
 mod cluster;
 mod model_cmd;
-mod params_cmd;
-mod validate_cmd;
-mod recovery_cmd;
-mod queue_cmd;
 mod ooc_cmd;
+mod params_cmd;
+mod queue_cmd;
 mod raytrace_cmd;
+mod recovery_cmd;
 mod report;
 mod store_node;
+mod validate_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -48,10 +48,7 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     apps::kernels::use_fast_blas_kernels();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
+    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_writer(std::io::stderr).init();
     match Cli::parse().command {
         Command::Bsp(args) => bsp_cmd::run(args),
         Command::Model(args) => model_cmd::run(args),

@@ -211,7 +211,13 @@ fn round3(x: f64) -> f64 {
 /// RSS figures of one job: store ≤ cache + 256 MiB, slave ≤ 4 blocks + 64 MiB.
 fn rss_figures(figs: &mut Figs, prefix: &str, m: &Measured, cache_mib: usize, b: u32) {
     let store = m.after.store.peak_rss as f64 / MIB;
-    figs.push((format!("{prefix}_store_peak_rss"), store.round(), "MiB", Some(cache_mib as f64 + 256.0), vec![("cache_mib", json!(cache_mib))]));
+    figs.push((
+        format!("{prefix}_store_peak_rss"),
+        store.round(),
+        "MiB",
+        Some(cache_mib as f64 + 256.0),
+        vec![("cache_mib", json!(cache_mib))],
+    ));
     let block_mib = (b as f64).powi(2) * 8.0 / MIB;
     let slave = m.after.slaves.iter().map(|s| s.peak_rss).max().unwrap_or(0) as f64 / MIB;
     figs.push((
@@ -316,10 +322,7 @@ fn venv_dir() -> PathBuf {
 }
 
 fn venv_ready(py: &Path) -> bool {
-    Command::new(py)
-        .args(["-c", "import dask, dask.array, zarr, numpy, scipy"])
-        .output()
-        .is_ok_and(|o| o.status.success())
+    Command::new(py).args(["-c", "import dask, dask.array, zarr, numpy, scipy"]).output().is_ok_and(|o| o.status.success())
 }
 
 /// Creates the virtual environment with dask, zarr, numpy and scipy if it is
@@ -417,7 +420,13 @@ fn matmul(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
     figs.push(("ooc_matmul_vs_incore_dgemm".into(), round3(gf / reference), "ratio", Some(0.85), e));
     figs.push(("ooc_matmul_gflops".into(), round3(gf), "GFLOP/s", None, job_extra(&m, n, b)));
     per_cpu_figure(figs, "ooc_matmul", &m, ref_per_cpu);
-    figs.push(("incore_dgemm_gflops".into(), round3(reference), "GFLOP/s", None, vec![("n", json!(args.ref_n)), ("threads", json!(args.threads))]));
+    figs.push((
+        "incore_dgemm_gflops".into(),
+        round3(reference),
+        "GFLOP/s",
+        None,
+        vec![("n", json!(args.ref_n)), ("threads", json!(args.threads))],
+    ));
     rss_figures(figs, "ooc_matmul", &m, args.cache_mib, b);
     // The source's count (Table 3.3, no caching): 2p per task read, p² tasks, one write each.
     let p = n.div_ceil(b as u64) as f64;
@@ -448,7 +457,13 @@ fn matmul(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
     drop(c);
     if !args.no_dask {
         let (dgf, ds) = dask(App::Matmul, n, b, args.threads, base)?;
-        let e = vec![("n", json!(n)), ("block", json!(b)), ("dask_gflops", json!(round3(dgf))), ("dask_seconds", json!(round3(ds))), ("ours_gflops", json!(round3(gf)))];
+        let e = vec![
+            ("n", json!(n)),
+            ("block", json!(b)),
+            ("dask_gflops", json!(round3(dgf))),
+            ("dask_seconds", json!(round3(ds))),
+            ("ours_gflops", json!(round3(gf))),
+        ];
         figs.push(("ooc_matmul_vs_dask".into(), round3(gf / dgf), "ratio", Some(1.3), e));
     }
     Ok(())
@@ -458,7 +473,8 @@ const VARIANTS: [&str; 4] = ["single-bag", "multi-step-1", "multi-step-2", "dag"
 
 fn cholesky(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
     let (reference, ref_per_cpu) = incore_with_cpu(App::Cholesky, args.ref_n, args.threads, args.ref_reps)?;
-    let variants: Vec<String> = if args.variant.is_empty() { VARIANTS.iter().map(|s| s.to_string()).collect() } else { args.variant.clone() };
+    let variants: Vec<String> =
+        if args.variant.is_empty() { VARIANTS.iter().map(|s| s.to_string()).collect() } else { args.variant.clone() };
     let c = start(args, base)?;
     let (n, b) = (args.n, args.block);
     eprintln!("out-of-core cholesky n = {n}, b = {b}, {} slaves: creating S (SPD)", args.slaves);
@@ -486,11 +502,24 @@ fn cholesky(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
         round3(bgf / reference),
         "ratio",
         Some(0.85),
-        vec![("variant", json!(bv)), ("n", json!(n)), ("block", json!(b)), ("gflops", json!(round3(bgf))), ("incore_gflops", json!(round3(reference))), ("ref_n", json!(args.ref_n))],
+        vec![
+            ("variant", json!(bv)),
+            ("n", json!(n)),
+            ("block", json!(b)),
+            ("gflops", json!(round3(bgf))),
+            ("incore_gflops", json!(round3(reference))),
+            ("ref_n", json!(args.ref_n)),
+        ],
     ));
     if !args.no_dask {
         let (dgf, ds) = dask(App::Cholesky, n, b, args.threads, base)?;
-        let e = vec![("n", json!(n)), ("block", json!(b)), ("dask_gflops", json!(round3(dgf))), ("dask_seconds", json!(round3(ds))), ("dask_vs_incore", json!(round3(dgf / reference)))];
+        let e = vec![
+            ("n", json!(n)),
+            ("block", json!(b)),
+            ("dask_gflops", json!(round3(dgf))),
+            ("dask_seconds", json!(round3(ds))),
+            ("dask_vs_incore", json!(round3(dgf / reference))),
+        ];
         figs.push(("ooc_cholesky_best_vs_dask".into(), round3(bgf / dgf), "ratio", Some(1.0), e));
     }
     Ok(())
@@ -502,11 +531,8 @@ fn lu(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
     let (n, b) = (args.n, args.block);
     // Without pivoting both schedules on one diagonally dominant input;
     // with it, a plain random matrix makes the row interchanges real.
-    let runs: &[(bool, &str)] = if args.pivot {
-        &[(true, "bags"), (true, "dag")]
-    } else {
-        &[(false, "bags"), (false, "dag"), (true, "bags"), (true, "dag")]
-    };
+    let runs: &[(bool, &str)] =
+        if args.pivot { &[(true, "bags"), (true, "dag")] } else { &[(false, "bags"), (false, "dag"), (true, "bags"), (true, "dag")] };
     // Dask's LU pivots: compare with our best pivoted run.
     let mut best_pivot: Option<(&str, f64, Extra)> = None;
     let mut best_nopiv: Option<(&str, f64, Extra)> = None;
@@ -553,7 +579,13 @@ fn lu(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
     drop(c);
     if !args.no_dask {
         let (dgf, ds) = dask(App::Lu, n, b, args.threads, base)?;
-        let e = vec![("n", json!(n)), ("block", json!(b)), ("dask_gflops", json!(round3(dgf))), ("dask_seconds", json!(round3(ds))), ("dask_vs_incore", json!(round3(dgf / reference)))];
+        let e = vec![
+            ("n", json!(n)),
+            ("block", json!(b)),
+            ("dask_gflops", json!(round3(dgf))),
+            ("dask_seconds", json!(round3(ds))),
+            ("dask_vs_incore", json!(round3(dgf / reference))),
+        ];
         figs.push(("ooc_lu_pivot_vs_dask".into(), round3(pivot_gf / dgf), "ratio", Some(1.0), e));
     }
     Ok(())

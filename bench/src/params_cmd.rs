@@ -395,13 +395,21 @@ fn sweep_kernels(sizes: &[usize], min_secs: f64) -> KernelSweep {
         // Cholesky's panel: X·Lᵀ = B, b³ flop.
         let t_solve = time_kernel(min_secs, || (l.clone(), random_block(b, 4)), |(l, x)| kernels::trsm_right_lower_trans(l, x));
         // Cholesky's diagonal block: b³/3 flop.
-        let t_chol = time_kernel(min_secs, || spd.clone(), |x| {
-            let _ = kernels::potrf_lower(x);
-        });
+        let t_chol = time_kernel(
+            min_secs,
+            || spd.clone(),
+            |x| {
+                let _ = kernels::potrf_lower(x);
+            },
+        );
         // LU's diagonal block with pivoting: 2b³/3 flop.
-        let t_lu = time_kernel(min_secs, || spd.clone(), |x| {
-            let _ = kernels::getrf(x);
-        });
+        let t_lu = time_kernel(
+            min_secs,
+            || spd.clone(),
+            |x| {
+                let _ = kernels::getrf(x);
+            },
+        );
         // Cholesky's diagonal update: C −= A·Aᵀ, lower triangle, b³ flop.
         let t_syrk = time_kernel(min_secs, || (a.clone(), random_block(b, 5)), |(a, c)| kernels::syrk_lower(-1.0, a, 1.0, c));
         // LU's solves, b³ flop each: L(i,k) = X·U⁻¹ and U(k,j) = L⁻¹·X, with
@@ -1072,7 +1080,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     // The per-size curves: one figure per block size.
     for (name, points) in [("params_task_ending", &st.endings), ("params_task_start_behind", &st.start_behind)] {
         for p in points {
-            Figure { name, value: p.secs * 1e3, unit: "ms", target: None, extra: vec![("quick", json!(args.quick)), ("bytes", json!(p.units))] }.print();
+            Figure {
+                name,
+                value: p.secs * 1e3,
+                unit: "ms",
+                target: None,
+                extra: vec![("quick", json!(args.quick)), ("bytes", json!(p.units))],
+            }
+            .print();
         }
     }
     fig("params_dag_release", st.per_task.release * 1e3, "ms");
@@ -1100,8 +1115,7 @@ mod tests {
     #[test]
     fn fit_recovers_a_piecewise_parameter() {
         let truth = Piecewise::new(2e9, 1e6);
-        let pts: Vec<Point> =
-            [1e4, 1e5, 1e6, 4e6, 1.6e7, 6.4e7].iter().map(|&x| Point { units: x, secs: truth.cost(x) }).collect();
+        let pts: Vec<Point> = [1e4, 1e5, 1e6, 4e6, 1.6e7, 6.4e7].iter().map(|&x| Point { units: x, secs: truth.cost(x) }).collect();
         let f = fit(&pts);
         assert!((f.bandwidth / 2e9 - 1.0).abs() < 1e-6, "{f:?}");
         // The grid of candidate thresholds is geometric: within a step.

@@ -27,11 +27,7 @@ impl InProcess {
             None => b.tempdir(),
         }
         .context("creating the store node's data directory")?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("store-node")
-            .enable_all()
-            .build()?;
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("store-node").enable_all().build()?;
         let mut n = InProcess { rt, running: None, addr: String::new(), dir };
         n.open()?;
         Ok(n)

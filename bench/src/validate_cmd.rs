@@ -244,14 +244,7 @@ fn kernels_alone(app: App, n: u64, b: u64, params: &Params) -> anyhow::Result<f6
         return Ok(0.0);
     }
     let free = model::Piecewise::new(1e30, 0.0);
-    let p = Params {
-        network: free,
-        disk_get: free,
-        disk_get_cached: None,
-        disk_put: free,
-        disk_put_cached: None,
-        ..thesis_params(params)
-    };
+    let p = Params { network: free, disk_get: free, disk_get_cached: None, disk_put: free, disk_put_cached: None, ..thesis_params(params) };
     let opts = Options { shared_cpu: None, slave_overlap: false, ..implementation_options(app, 1, 1) };
     Ok(predict(app, n, b, &p, &opts)?.t1)
 }
@@ -271,10 +264,7 @@ pub(crate) fn machine_busy_seconds() -> f64 {
 
 /// One-minute load average: other work on the machine makes a point noisy.
 pub(crate) fn load_average() -> f64 {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
-        .unwrap_or(0.0)
+    std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok())).unwrap_or(0.0)
 }
 
 /// One measured grid point with its predictions.
@@ -348,9 +338,7 @@ fn run_one(c: &Cluster, case: &Case, b: u64, s: u64, run: usize, verify: bool) -
         "cholesky" => vec!["cholesky", &sm, "--out", &out, "--variant", "dag"],
         // The model's LU is the source's bags (the dag is not modelled).
         "lu" => vec!["lu", &dm, "--out", &out, "--schedule", "bags"],
-        _ => vec![
-            "raytrace", "--level", &lvl, "--width", &side, "--height", &side, "--grain", &bs, "--samples", &smp, "--out", &out,
-        ],
+        _ => vec!["raytrace", "--level", &lvl, "--width", &side, "--height", &side, "--grain", &bs, "--samples", &smp, "--out", &out],
     };
     let pids: Vec<u32> = c.slave_pids();
     let cpu = || (cpu_seconds(c.store_pid()), pids.iter().map(|&p| cpu_seconds(p)).sum::<f64>(), machine_busy_seconds());
@@ -409,12 +397,9 @@ fn rates_now(cluster: &Cluster, case: &Case, b: u64, params: &Params, quick: boo
         };
         eprintln!("kernels now at b = {b}: gemm {:.1} Gflop/s (parameter file {:.1})", gemm(&kernels), gemm(&file));
         let costs = cluster.with_client(|c| async move { crate::params_cmd::task_costs_now(&c, quick).await })?;
-        let (start_behind, ending) =
-            cluster.with_client(|c| async move { crate::params_cmd::endings_now(&c, b as usize).await })?;
+        let (start_behind, ending) = cluster.with_client(|c| async move { crate::params_cmd::endings_now(&c, b as usize).await })?;
         let at = |curve: Option<&[[f64; 2]]>| {
-            curve
-                .filter(|c| !c.is_empty())
-                .map_or("-".to_owned(), |c| format!("{:.3}", model::curves::interpolate(c, ending.units) * 1e3))
+            curve.filter(|c| !c.is_empty()).map_or("-".to_owned(), |c| format!("{:.3}", model::curves::interpolate(c, ending.units) * 1e3))
         };
         eprintln!(
             "task ending now at b = {b}: {:.3} ms, a start behind it {:.3} ms more (parameter file {}, {})",
@@ -507,7 +492,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     }
-    eprintln!("grid of {} jobs, predicted {:.0} s of job time (plus matrix creation)", cases.iter().map(|c| 2 * c.blocks.len()).sum::<usize>(), total_predicted);
+    eprintln!(
+        "grid of {} jobs, predicted {:.0} s of job time (plus matrix creation)",
+        cases.iter().map(|c| 2 * c.blocks.len()).sum::<usize>(),
+        total_predicted
+    );
 
     let started = Instant::now();
     let mut cluster = Cluster::start(ClusterConfig { slaves: 1, ..ClusterConfig::default() })?;
@@ -658,7 +647,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     for app in ["matmul", "cholesky", "lu", "raytrace"] {
         let v: Vec<f64> = points.iter().filter(|p| p.app == app).map(|p| p.err().abs()).collect();
         if !v.is_empty() {
-            Figure { name: "validate_app_max_abs_error", value: 100.0 * max(&v), unit: "%", target: Some(10.0), extra: vec![("app", json!(app)), ("quick", json!(args.quick))] }.print();
+            Figure {
+                name: "validate_app_max_abs_error",
+                value: 100.0 * max(&v),
+                unit: "%",
+                target: Some(10.0),
+                extra: vec![("app", json!(app)), ("quick", json!(args.quick))],
+            }
+            .print();
         }
     }
     fig("validate_wall", wall, "s", Some(if args.quick { 60.0 } else { 1800.0 }));
@@ -669,8 +665,24 @@ fn print_table(points: &[Point]) {
     println!();
     println!(
         "{:<9} {:>5} {:>5} {:>2} {:>6} {:>9} {:>7} {:>9} {:>19} {:>8} {:>9} {:>8} {:>6} {:>6} {:>6} {:>5} {:>7} {:>6}",
-        "app", "n", "b", "s", "tasks", "measured", "spread", "predicted", "band [lwr, upr]", "error", "thesis", "error", "store", "slaves", "other", "load",
-        "kernels", "wait"
+        "app",
+        "n",
+        "b",
+        "s",
+        "tasks",
+        "measured",
+        "spread",
+        "predicted",
+        "band [lwr, upr]",
+        "error",
+        "thesis",
+        "error",
+        "store",
+        "slaves",
+        "other",
+        "load",
+        "kernels",
+        "wait"
     );
     for p in points {
         println!(
@@ -725,7 +737,8 @@ fn plot(points: &[Point], path: &PathBuf) -> anyhow::Result<()> {
     register_font()?;
     let root = BitMapBackend::new(path, (1400, 1000)).into_drawing_area();
     root.fill(&WHITE)?;
-    let root = root.titled("bench validate: measured (markers) on the predicted band (bars: lwr..upr T_s, line: prediction)", ("sans-serif", 22))?;
+    let root =
+        root.titled("bench validate: measured (markers) on the predicted band (bars: lwr..upr T_s, line: prediction)", ("sans-serif", 22))?;
     let apps: Vec<&str> = ["matmul", "cholesky", "lu", "raytrace"].into_iter().filter(|a| points.iter().any(|p| p.app == *a)).collect();
     let panels = root.split_evenly((2, 2));
     let colours = [RGBColor(31, 119, 180), RGBColor(214, 39, 40)];
@@ -761,7 +774,10 @@ fn plot(points: &[Point], path: &PathBuf) -> anyhow::Result<()> {
                 Rectangle::new([(x - 0.04, p.extended.t_s.lwr), (x + 0.04, p.extended.t_s.upr)], colour.mix(0.25).filled())
             }))?;
             chart
-                .draw_series(LineSeries::new(series.iter().map(|p| ((p.b as f64 * shift).log2(), p.extended.predicted)), colour.stroke_width(2)))?
+                .draw_series(LineSeries::new(
+                    series.iter().map(|p| ((p.b as f64 * shift).log2(), p.extended.predicted)),
+                    colour.stroke_width(2),
+                ))?
                 .label(format!("s = {s}: predicted"))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
             chart
@@ -769,7 +785,12 @@ fn plot(points: &[Point], path: &PathBuf) -> anyhow::Result<()> {
                 .label(format!("s = {s}: measured"))
                 .legend(move |(x, y)| Circle::new((x + 10, y), 5, colour.filled()));
         }
-        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::UpperRight).draw()?;
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()?;
     }
     root.present()?;
     Ok(())
@@ -790,7 +811,8 @@ mod tests {
             ray_profile: Some(vec![ray / 1e6]),
             ..base.clone()
         };
-        let t = typical_rates(&[timing(0.02, Some(0.5e-3), 2e-3, 6e5), timing(0.05, Some(0.4e-3), 1e-3, 4e5), timing(0.021, None, 9e-3, 5e5)]);
+        let t =
+            typical_rates(&[timing(0.02, Some(0.5e-3), 2e-3, 6e5), timing(0.05, Some(0.4e-3), 1e-3, 4e5), timing(0.021, None, 9e-3, 5e5)]);
         assert_eq!(t.kernels.unwrap().multiply, vec![[1e9, 0.021]], "one disturbed timing does not move it");
         assert_eq!(t.task_overhead, Some(0.45e-3), "two timings: their mean");
         assert_eq!(t.task_ending, Some(vec![[1e6, 2e-3]]));

@@ -51,10 +51,7 @@ impl BspError {
     /// network failed) rather than a bug in this program: the layer above may
     /// re-form a group and retry the work.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            BspError::PeerLost { .. } | BspError::Aborted { .. } | BspError::Closed | BspError::Io(_) | BspError::Setup(_)
-        )
+        matches!(self, BspError::PeerLost { .. } | BspError::Aborted { .. } | BspError::Closed | BspError::Io(_) | BspError::Setup(_))
     }
 }
 

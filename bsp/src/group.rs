@@ -20,7 +20,11 @@ use crate::wire::mesh::{self, Endpoint};
 
 /// Runs `f` on `p` processes that are threads of this process, each with its
 /// own `Bsp` (own sockets, own progress thread). Returns each one's result.
-pub fn run_threads<R: Send + 'static>(p: usize, cfg: Config, f: impl Fn(&mut Bsp) -> Result<R> + Send + Sync + 'static) -> Result<Vec<Result<R>>> {
+pub fn run_threads<R: Send + 'static>(
+    p: usize,
+    cfg: Config,
+    f: impl Fn(&mut Bsp) -> Result<R> + Send + Sync + 'static,
+) -> Result<Vec<Result<R>>> {
     let eps = (0..p).map(|_| Endpoint::bind("127.0.0.1:0")).collect::<Result<Vec<_>>>()?;
     let hosts: Vec<String> = eps.iter().map(|e| e.local_addr().to_string()).collect();
     let f = std::sync::Arc::new(f);

@@ -246,7 +246,13 @@ pub fn mpi_like(bsp: &mut Bsp, words: usize, reps: usize) -> Result<Option<MpiLi
         }
         rtt.push(t.elapsed().as_secs_f64() * 1e6 / 40.0);
     }
-    Ok((bsp.pid() == 0).then(|| MpiLike { p, barrier_us: Stat::of(&barrier), alltoall_mb_s: Stat::of(&mb), alltoall_us: Stat::of(&te), half_rtt_us: Stat::of(&rtt) }))
+    Ok((bsp.pid() == 0).then(|| MpiLike {
+        p,
+        barrier_us: Stat::of(&barrier),
+        alltoall_mb_s: Stat::of(&mb),
+        alltoall_us: Stat::of(&te),
+        half_rtt_us: Stat::of(&rtt),
+    }))
 }
 
 /// Total exchange at `words` per destination under the group's schedule:

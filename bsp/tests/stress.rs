@@ -51,7 +51,10 @@ fn all_to_all_flood_with_tiny_budget() {
                 let area = bsp.area(big);
                 for src in 0..p {
                     let region = &area[src * 64 * 1024..src * 64 * 1024 + 10_000];
-                    assert!(region.iter().enumerate().all(|(i, b)| *b == (i as u64 * 31 + step + src as u64 * 7) as u8), "step {step}: big block from {src} corrupt");
+                    assert!(
+                        region.iter().enumerate().all(|(i, b)| *b == (i as u64 * 31 + step + src as u64 * 7) as u8),
+                        "step {step}: big block from {src} corrupt"
+                    );
                 }
             }
             Ok(())

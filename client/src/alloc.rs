@@ -139,7 +139,8 @@ unsafe impl GlobalAlloc for BlockAllocator {
         if let Some(ptr) = self.take(size) {
             return ptr;
         }
-        let ptr = libc::mmap(std::ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+        let ptr =
+            libc::mmap(std::ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
         if ptr == libc::MAP_FAILED {
             std::ptr::null_mut()
         } else {

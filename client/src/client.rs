@@ -116,17 +116,16 @@ impl Client {
     pub async fn connect(addr: &str, token: Option<&str>) -> Result<Client> {
         let auth = match token {
             Some(t) => Some(
-                format!("Bearer {t}")
-                    .parse()
-                    .map_err(|_| StoreError::InvalidArgument { what: "token is not printable ASCII".into() })?,
+                format!("Bearer {t}").parse().map_err(|_| StoreError::InvalidArgument { what: "token is not printable ASCII".into() })?,
             ),
             None => None,
         };
         let endpoint = Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| StoreError::InvalidArgument { what: format!("store address {addr:?}: {e}") })?;
-        let channel = configure(endpoint).connect().await.map_err(|e| StoreError::StoreUnavailable {
-            what: format!("cannot connect to the store node at {addr}: {e}"),
-        })?;
+        let channel = configure(endpoint)
+            .connect()
+            .await
+            .map_err(|e| StoreError::StoreUnavailable { what: format!("cannot connect to the store node at {addr}: {e}") })?;
         let auth = Auth(auth);
         let mut rpc = rpc_over(channel, auth.clone());
         let Some(info) = data_plane_info(&rpc).await? else {
@@ -215,10 +214,7 @@ impl Client {
         let hb = proto::Heartbeat { client_name: client_name.to_owned() };
         tx.send(hb.clone()).await.expect("receiver held below");
         let mut events = self.rpc.clone().open_session(ReceiverStream::new(rx)).await?.into_inner();
-        let first = events
-            .message()
-            .await?
-            .ok_or_else(|| StoreError::StoreUnavailable { what: "session stream closed at open".into() })?;
+        let first = events.message().await?.ok_or_else(|| StoreError::StoreUnavailable { what: "session stream closed at open".into() })?;
         let lease = Duration::from_millis(first.lease_ms.max(40));
         let (alive_tx, alive) = watch::channel(true);
         let heartbeat = tokio::spawn(async move {
@@ -490,7 +486,9 @@ impl Action {
         let w = proto::SmallWrites { action: self.id, items };
         let (mut rpc, plane) = (self.rpc.clone(), self.plane.clone());
         async move {
-            unary::<_, proto::Empty, _, _>(&plane, Method::WriteSmallMany, w, |q| async move { rpc.write_small_many(q).await }).await.map(drop)
+            unary::<_, proto::Empty, _, _>(&plane, Method::WriteSmallMany, w, |q| async move { rpc.write_small_many(q).await })
+                .await
+                .map(drop)
         }
     }
 
@@ -625,9 +623,10 @@ async fn local_rpc(info: &proto::DataPlaneInfo, auth: Auth) -> Result<Rpc> {
         async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
     });
     // The URI only fills in the requests' :authority; the connector ignores it.
-    let channel = configure(Endpoint::from_static("http://localhost")).connect_with_connector(connector).await.map_err(|e| {
-        StoreError::StoreUnavailable { what: format!("the node's Unix socket {}: {e}", info.rpc_unix_path) }
-    })?;
+    let channel = configure(Endpoint::from_static("http://localhost"))
+        .connect_with_connector(connector)
+        .await
+        .map_err(|e| StoreError::StoreUnavailable { what: format!("the node's Unix socket {}: {e}", info.rpc_unix_path) })?;
     let rpc = rpc_over(channel, auth);
     match data_plane_info(&rpc).await? {
         Some(there) if there.port == info.port => Ok(rpc),

@@ -33,8 +33,11 @@ pub mod proto {
     tonic::include_proto!("store.v1");
 }
 
-pub use client::{Action, BagStats, BlockData, BlockReader, BlockWriter, Client, Dequeue, MatrixInfo, Session, Task, CHUNK_BYTES, MAX_FRAME_BYTES, MAX_MESSAGE_BYTES};
 pub use alloc::{reuse_block_buffers, BlockAllocator};
+pub use client::{
+    Action, BagStats, BlockData, BlockReader, BlockWriter, Client, Dequeue, MatrixInfo, Session, Task, CHUNK_BYTES, MAX_FRAME_BYTES,
+    MAX_MESSAGE_BYTES,
+};
 pub use error::StoreError;
 
 /// The default address of a store node.

@@ -164,13 +164,7 @@ async fn run_app(args: &Args, app: &str, client: &Client, slaves: &mut Slaves) -
             let a = meta(&crate::matrix::create(client, "S", n, n, b, MatrixKind::Spd, 3, true).await?);
             let l = meta(&client.create_matrix("L", n, n, b).await?);
             let variant: CholeskyVariant = args.variant.parse().map_err(|e| anyhow::anyhow!("--variant: {e}"))?;
-            let spec = JobSpec::Cholesky {
-                job: Uuid::new_v4(),
-                a,
-                l,
-                variant,
-                flag_timeout_ms: apps::cholesky::DEFAULT_FLAG_TIMEOUT_MS,
-            };
+            let spec = JobSpec::Cholesky { job: Uuid::new_v4(), a, l, variant, flag_timeout_ms: apps::cholesky::DEFAULT_FLAG_TIMEOUT_MS };
             jobs::submit_spec(client, spec).await?
         }
         "lu" => {
@@ -179,7 +173,8 @@ async fn run_app(args: &Args, app: &str, client: &Client, slaves: &mut Slaves) -
             jobs::submit_spec(client, JobSpec::Lu { job: Uuid::new_v4(), a, lu, pivot: true, schedule: LuSchedule::Dag }).await?
         }
         "raytrace" => {
-            let params = apps::raytrace::RenderParams { level: args.level, width: args.side, height: args.side, grain: args.grain, samples: 1 };
+            let params =
+                apps::raytrace::RenderParams { level: args.level, width: args.side, height: args.side, grain: args.grain, samples: 1 };
             jobs::submit_spec(client, JobSpec::Raytrace { job: Uuid::new_v4(), name: "balls".into(), params }).await?
         }
         other => bail!("unknown app {other:?} (matmul, cholesky, lu, raytrace, all)"),

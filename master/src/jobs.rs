@@ -363,7 +363,8 @@ const STATUS_POLL: Duration = Duration::from_millis(250);
 pub(crate) async fn wait(client: &Client, id: Uuid, bar: Option<&indicatif::ProgressBar>) -> anyhow::Result<bool> {
     let mut status_due = tokio::time::Instant::now();
     loop {
-        let ended = client.peek_small(&record::finished_key(id)).await?.is_some() || client.peek_small(&record::failed_key(id)).await?.is_some();
+        let ended =
+            client.peek_small(&record::finished_key(id)).await?.is_some() || client.peek_small(&record::failed_key(id)).await?.is_some();
         if ended || tokio::time::Instant::now() >= status_due {
             let s = job_status(client, id).await?;
             if let Some(bar) = bar {
@@ -492,7 +493,8 @@ mod tests {
         let params = apps::raytrace::RenderParams { level: 0, width: 4, height: n_tasks as u32, grain: 1, samples: 1 };
         let spec = JobSpec::Raytrace { job: Uuid::new_v4(), name: "img".into(), params };
         let record = JobRecord { spec, bags: vec!["b".into()], n_tasks: vec![n_tasks], submitted_ms: 0 };
-        let one = TaskDone { count: 1, flops: 0.0, slave: "s".into(), attempts: 0, finished_ms: 1, compute_ms: 1, kernel_us: 0, core_wait_us: 0 };
+        let one =
+            TaskDone { count: 1, flops: 0.0, slave: "s".into(), attempts: 0, finished_ms: 1, compute_ms: 1, kernel_us: 0, core_wait_us: 0 };
         JobStatus { record, per_bag: vec![], failed: None, finished_ms: finished.then_some(1), done: vec![one; done] }
     }
 

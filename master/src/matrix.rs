@@ -108,7 +108,17 @@ pub(crate) async fn run(cmd: Command) -> anyhow::Result<()> {
             let client = store.connect().await?;
             let m = client.matrix_by_name(&name).await?;
             let mm = meta(&m);
-            println!("name      {}\nid        {}\nshape     {} x {}\nblock     {} ({} x {} blocks)\nbytes     {}", m.name, m.id, m.n_rows, m.n_cols, m.block, mm.block_rows(), mm.block_cols(), m.n_rows * m.n_cols * 8);
+            println!(
+                "name      {}\nid        {}\nshape     {} x {}\nblock     {} ({} x {} blocks)\nbytes     {}",
+                m.name,
+                m.id,
+                m.n_rows,
+                m.n_cols,
+                m.block,
+                mm.block_rows(),
+                mm.block_cols(),
+                m.n_rows * m.n_cols * 8
+            );
         }
         Command::Rm { name, store } => {
             let client = store.connect().await?;

@@ -71,7 +71,13 @@ pub(crate) fn read_header(f: &mut File) -> Result<NpyLayout, NpyError> {
     let fortran = field("fortran_order").ok_or_else(|| NpyError::Header(h.clone()))?.starts_with("True");
     let shape = field("shape").ok_or_else(|| NpyError::Header(h.clone()))?;
     let inner = shape.strip_prefix('(').and_then(|s| s.split(')').next()).ok_or_else(|| NpyError::Header(shape.clone()))?;
-    let dims: Vec<u64> = inner.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| s.parse()).collect::<Result<_, _>>().map_err(|_| NpyError::Header(format!("shape ({inner})")))?;
+    let dims: Vec<u64> = inner
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse())
+        .collect::<Result<_, _>>()
+        .map_err(|_| NpyError::Header(format!("shape ({inner})")))?;
     let [rows, cols] = dims[..] else { return Err(NpyError::Header(format!("shape ({inner}) is not 2-D"))) };
     let data_offset = (prefix + len) as u64;
     let need = rows * cols * 8;

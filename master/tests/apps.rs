@@ -366,7 +366,10 @@ fn verify_ok(s: &str, job: Uuid, needle: &str) {
 /// `master status JOB` says the job succeeded with all `total` tasks done.
 fn status_complete(s: &str, job: Uuid, total: usize) {
     let status = master_ok(s, &["status", &job.to_string()]);
-    assert!(status.contains("succeeded") && status.contains(&format!(" {total}/{total} tasks")), "expected {total}/{total} tasks: {status}");
+    assert!(
+        status.contains("succeeded") && status.contains(&format!(" {total}/{total} tasks")),
+        "expected {total}/{total} tasks: {status}"
+    );
 }
 
 /// Slave processes, killed on drop.
@@ -508,7 +511,8 @@ fn lu_with_and_without_pivoting_matches_in_core_lapack() {
         let p = blocks(n, b);
         for (pivot, schedule) in [(false, "bags"), (false, "dag"), (true, "bags"), (true, "dag")] {
             // Without pivoting: diagonally dominant; with: a plain random matrix.
-            let (a_name, kind) = if pivot { (format!("R{idx}-{schedule}"), "random") } else { (format!("D{idx}-{schedule}"), "diag-dominant") };
+            let (a_name, kind) =
+                if pivot { (format!("R{idx}-{schedule}"), "random") } else { (format!("D{idx}-{schedule}"), "diag-dominant") };
             create_kind(s, &a_name, n, n, b, kind, 50 + idx as u64);
             let a = env.export(&a_name);
             let (want, want_piv) = lapack_lu(&a);
@@ -552,7 +556,10 @@ fn reference_png(level: u32, width: u32, height: u32, samples: u32) -> Vec<u8> {
 
 fn submit_raytrace(s: &str, out: &str, level: u32, width: u32, height: u32, grain: u32, samples: u32) -> Uuid {
     let (l, w, h, g, sa) = (level.to_string(), width.to_string(), height.to_string(), grain.to_string(), samples.to_string());
-    submit(s, &["raytrace", "--scene", "balls", "--level", &l, "--width", &w, "--height", &h, "--grain", &g, "--samples", &sa, "--out", out])
+    submit(
+        s,
+        &["raytrace", "--scene", "balls", "--level", &l, "--width", &w, "--height", &h, "--grain", &g, "--samples", &sa, "--out", out],
+    )
 }
 
 fn export_png(env: &Env, name: &str) -> Vec<u8> {
@@ -568,7 +575,8 @@ fn raytraced_images_equal_a_single_process_render() {
     let _slaves = Slaves::start(s, 2, &[]);
     // (level, width, height, grain, samples): height not a multiple of the
     // grain, one scanline per task, one task for the whole image, supersampled.
-    for (idx, (level, w, h, g, sa)) in [(2, 64, 48, 5, 1), (1, 33, 20, 1, 1), (3, 40, 30, 30, 1), (2, 24, 17, 4, 2)].into_iter().enumerate() {
+    for (idx, (level, w, h, g, sa)) in [(2, 64, 48, 5, 1), (1, 33, 20, 1, 1), (3, 40, 30, 30, 1), (2, 24, 17, 4, 2)].into_iter().enumerate()
+    {
         let name = format!("img{idx}");
         let job = submit_raytrace(s, &name, level, w, h, g, sa);
         // Each submit counts itself in its own action: what idle slaves watch.
@@ -797,7 +805,9 @@ fn non_spd_cholesky_and_singular_lu_fail_naming_the_block() {
     }
     let mut jobs: Vec<(Uuid, &str)> = VARIANTS
         .into_iter()
-        .map(|v| (submit(s, &["cholesky", "N", "--out", &format!("L-{v}"), "--variant", v, "--flag-timeout-ms", "300"]), "not positive definite"))
+        .map(|v| {
+            (submit(s, &["cholesky", "N", "--out", &format!("L-{v}"), "--variant", v, "--flag-timeout-ms", "300"]), "not positive definite")
+        })
         .collect();
     jobs.push((submit(s, &["lu", "Z", "--out", "LU"]), "singular"));
     for (job, what) in jobs {

@@ -102,15 +102,9 @@ pub fn single_bag_upr_inf_eq_3_20(t: &Primitives, p: u64) -> f64 {
 /// Multi-step(1) `lwr{T∞}` (A.14), the thesis's relaxed closed form.
 pub fn multi_step1_lwr_inf_eq_a14(t: &Primitives, p: u64) -> f64 {
     let p = p as f64;
-    let a = p / 6.0 * (p + 1.0) * (2.0 * p + 1.0) * t.tget
-        + p / 2.0 * (p - 1.0) * ops(t)
-        + p * t.tchol
-        + p / 2.0 * (p + 1.0) * t.tput;
-    let b = p / 2.0 * (3.0 * p - 1.0) * t.tget
-        + (p - 1.0) * (p - 1.0) * ops(t)
-        + (p - 1.0) * t.tsolve
-        + p * t.tchol
-        + (2.0 * p - 1.0) * t.tput;
+    let a = p / 6.0 * (p + 1.0) * (2.0 * p + 1.0) * t.tget + p / 2.0 * (p - 1.0) * ops(t) + p * t.tchol + p / 2.0 * (p + 1.0) * t.tput;
+    let b =
+        p / 2.0 * (3.0 * p - 1.0) * t.tget + (p - 1.0) * (p - 1.0) * ops(t) + (p - 1.0) * t.tsolve + p * t.tchol + (2.0 * p - 1.0) * t.tput;
     a.max(b)
 }
 
@@ -145,7 +139,9 @@ pub fn with_caching(t: &Primitives, caching: CholeskyCaching, p: u64, n: u64, b:
 /// `T₁` with cached reads (3.26).
 pub fn t1_eq_3_26(t: &Primitives, p: u64, n2: f64, n3: f64) -> f64 {
     let pf = p as f64;
-    n2 * t.tget_cached + n3 * t.tget + pf / 6.0 * (pf * pf - 1.0) * ops(t)
+    n2 * t.tget_cached
+        + n3 * t.tget
+        + pf / 6.0 * (pf * pf - 1.0) * ops(t)
         + pf / 2.0 * (pf - 1.0) * t.tsolve
         + pf * t.tchol
         + pf / 2.0 * (pf + 1.0) * t.tput
@@ -154,8 +150,7 @@ pub fn t1_eq_3_26(t: &Primitives, p: u64, n2: f64, n3: f64) -> f64 {
 /// Single-bag `lwr{T∞}` with cached reads (3.27).
 pub fn lwr_inf_eq_3_27(t: &Primitives, p: u64, n2: f64, n3: f64) -> f64 {
     let pf = p as f64;
-    (n2 * t.tget_cached + n3 * t.tget + pf / 2.0 * (pf + 1.0) * t.tput)
-        .max(t1_eq_3_26(t, p, n2, n3) / (pf / 2.0 * (pf + 1.0)))
+    (n2 * t.tget_cached + n3 * t.tget + pf / 2.0 * (pf + 1.0) * t.tput).max(t1_eq_3_26(t, p, n2, n3) / (pf / 2.0 * (pf + 1.0)))
 }
 
 /// Barrier steps of the multi-step variants: multi-step(1) is
@@ -338,11 +333,8 @@ pub struct DagOverhead {
 /// The tasks `(i, j)` (0-based) that read `L(r, c)`, in the order a dag
 /// task releases them: column-major (`apps::cholesky::successors`).
 pub fn dag_successors(p: u64, r: u64, c: u64) -> Vec<(u64, u64)> {
-    let mut s: Vec<(u64, u64)> = if r == c {
-        (c + 1..p).map(|i| (i, c)).collect()
-    } else {
-        (c + 1..=r).map(|j| (r, j)).chain((r + 1..p).map(|i| (i, r))).collect()
-    };
+    let mut s: Vec<(u64, u64)> =
+        if r == c { (c + 1..p).map(|i| (i, c)).collect() } else { (c + 1..=r).map(|j| (r, j)).chain((r + 1..p).map(|i| (i, r))).collect() };
     s.sort_unstable_by_key(|&(i, j)| (j, i));
     s
 }
@@ -432,7 +424,9 @@ mod tests {
     #[test]
     fn critical_path_of_p3_follows_the_diagonal() {
         let t = prims();
-        let want = diag_task(&t, 1).total() + off_task(&t, 1).total() + diag_task(&t, 2).total()
+        let want = diag_task(&t, 1).total()
+            + off_task(&t, 1).total()
+            + diag_task(&t, 2).total()
             + off_task(&t, 2).total()
             + diag_task(&t, 3).total();
         let (cp, cp_comp) = critical_paths(&t, 3);

@@ -69,7 +69,10 @@ pub use cholesky::Variant;
 pub use curves::{Kernel, KernelCurves};
 pub use error::{ModelError, ParamsError};
 pub use options::{CholeskyCaching, MatmulCaching, Options, SharedCpu};
-pub use params::{Bsp, Params, Piecewise, ELEMENT_BYTES, IMPLEMENTATION_PIXEL_BYTES, MB, ONE_BLOCK_AHEAD_OF_PAIRS, MFLOP, PIXEL_BYTES, SLAVE_PREFETCH_BYTES, THESIS_RAY_PIXEL_RATE};
+pub use params::{
+    Bsp, Params, Piecewise, ELEMENT_BYTES, IMPLEMENTATION_PIXEL_BYTES, MB, MFLOP, ONE_BLOCK_AHEAD_OF_PAIRS, PIXEL_BYTES,
+    SLAVE_PREFETCH_BYTES, THESIS_RAY_PIXEL_RATE,
+};
 pub use predict::{predict, App, Prediction, BARRIER_SHARE, DAG_RELEASE_SHARE, TASK_OVERHEAD_STORE_SHARE};
 pub use primitives::Primitives;
 pub use recovery::Recovery;

@@ -191,9 +191,7 @@ pub fn lwr_inf_eq_5_30(t: &Primitives, p: u64, pivot: bool) -> f64 {
     let pf = p as f64;
     let common = pf / 2.0 * (3.0 * pf + 1.0) * t.tput + pf * t.tlu;
     let a = pf / 3.0 * (pf + 1.0) * (2.0 * pf + 1.0) * t.tget + pf / 2.0 * (pf - 1.0) * t.tsolve;
-    let b = pf / 2.0 * (5.0 * pf - 1.0) * t.tget
-        + (pf - 1.0) * (pf - 1.0) * ops(t)
-        + 0.5 * (pf - 1.0) * (pf + 2.0) * t.tsolve;
+    let b = pf / 2.0 * (5.0 * pf - 1.0) * t.tget + (pf - 1.0) * (pf - 1.0) * ops(t) + 0.5 * (pf - 1.0) * (pf + 2.0) * t.tsolve;
     common + a.max(b) + if pivot { tpiv_eq_5_28(t, p) } else { 0.0 }
 }
 
@@ -356,7 +354,8 @@ mod tests {
         let base = Params::thesis_fast();
         let faster = Params { disk_put_overwrite: Some(Piecewise::new(base.disk_put.bandwidth * 3.0, 0.0)), ..base.clone() };
         let t = Primitives::square(&faster, 300, &Options::default()).unwrap();
-        let saved = |recycled: u64| (disk(&steps_parallel_solves(&t, 4, 0)) - disk(&steps_parallel_solves(&t, 4, recycled))) / t.overwrite_saving();
+        let saved =
+            |recycled: u64| (disk(&steps_parallel_solves(&t, 4, 0)) - disk(&steps_parallel_solves(&t, 4, recycled))) / t.overwrite_saving();
         assert!((saved(64) - 9.0).abs() < 1e-9, "{}", saved(64));
         assert!(saved(1) > 0.0 && saved(1) < 9.0, "{}", saved(1));
         // The tasks are the same, only their writes' cost moves.

@@ -32,39 +32,16 @@ pub fn read_counts(caching: MatmulCaching, p: u64, b: u64, s: u64) -> ReadCounts
     let zero = ReadCounts { n1: 0.0, n2: 0.0, n3: 0.0, m1: 0.0, m2: 0.0 };
     match caching {
         MatmulCaching::None => ReadCounts { n3: 2.0 * p3, ..zero },
-        MatmulCaching::ServerBlockOfA => ReadCounts {
-            n2: p3 / s * (s - 1.0),
-            n3: p3 / s * (s + 1.0),
-            m2: ELEMENT_BYTES * b * b,
-            ..zero
-        },
-        MatmulCaching::ServerBlockRow => ReadCounts {
-            n2: p * p * (p - 1.0),
-            n3: p * p * (p + 1.0),
-            m2: ELEMENT_BYTES * n * b * (1.0 + s),
-            ..zero
-        },
-        MatmulCaching::ServerAll => ReadCounts {
-            n2: 2.0 * p * p * (p - 1.0),
-            n3: 2.0 * p * p,
-            m2: 2.0 * ELEMENT_BYTES * n * n,
-            ..zero
-        },
+        MatmulCaching::ServerBlockOfA => ReadCounts { n2: p3 / s * (s - 1.0), n3: p3 / s * (s + 1.0), m2: ELEMENT_BYTES * b * b, ..zero },
+        MatmulCaching::ServerBlockRow => {
+            ReadCounts { n2: p * p * (p - 1.0), n3: p * p * (p + 1.0), m2: ELEMENT_BYTES * n * b * (1.0 + s), ..zero }
+        }
+        MatmulCaching::ServerAll => ReadCounts { n2: 2.0 * p * p * (p - 1.0), n3: 2.0 * p * p, m2: 2.0 * ELEMENT_BYTES * n * n, ..zero },
         MatmulCaching::SlaveBlocks { c } => {
             let c = (c as f64).min(p);
-            ReadCounts {
-                n1: c * p * (p - 1.0),
-                n3: p * (2.0 * p * p - c * p + c),
-                m1: ELEMENT_BYTES * c * b * b,
-                ..zero
-            }
+            ReadCounts { n1: c * p * (p - 1.0), n3: p * (2.0 * p * p - c * p + c), m1: ELEMENT_BYTES * c * b * b, ..zero }
         }
-        MatmulCaching::SlaveBlockRow => ReadCounts {
-            n1: p * p * (p - 1.0),
-            n3: p * p * (p + 1.0),
-            m1: ELEMENT_BYTES * n * b,
-            ..zero
-        },
+        MatmulCaching::SlaveBlockRow => ReadCounts { n1: p * p * (p - 1.0), n3: p * p * (p + 1.0), m1: ELEMENT_BYTES * n * b, ..zero },
         MatmulCaching::SlaveAll => ReadCounts {
             // p²(2p−1−s) is Table 3.3's count; it needs s ≤ 2p−1.
             n1: (p * p * (2.0 * p - 1.0 - s)).max(0.0),
@@ -106,10 +83,7 @@ pub fn t1_eq_3_15(t: &Primitives, p: u64, rc: &ReadCounts) -> f64 {
 pub fn bounds_inf_eq_3_16_17(t: &Primitives, p: u64, rc: &ReadCounts) -> Bounds {
     let pf = p as f64;
     let comm = rc.n2 * t.tget_cached + rc.n3 * t.tget + pf * pf * t.tput;
-    Bounds {
-        lwr: comm.max(t1_eq_3_15(t, p, rc) / (pf * pf)),
-        upr: comm + pf * (t.tmult + t.tadd),
-    }
+    Bounds { lwr: comm.max(t1_eq_3_15(t, p, rc) / (pf * pf)), upr: comm + pf * (t.tmult + t.tadd) }
 }
 
 /// The single bag: `p²` identical tasks with the reads of Table 3.3 shared

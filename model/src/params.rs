@@ -440,11 +440,7 @@ impl Params {
         if let Some(bsp) = self.bsp {
             for (name, v) in [("bsp.g", bsp.g), ("bsp.l", bsp.l)] {
                 if !(v.is_finite() && v >= 0.0) {
-                    return Err(ParamsError::Invalid {
-                        name: name.into(),
-                        value: v,
-                        reason: "must be finite and >= 0",
-                    });
+                    return Err(ParamsError::Invalid { name: name.into(), value: v, reason: "must be finite and >= 0" });
                 }
             }
         }
@@ -460,11 +456,7 @@ impl Params {
         ] {
             let Some(t) = v else { continue };
             if !(t.is_finite() && t >= 0.0) {
-                return Err(ParamsError::Invalid {
-                    name: name.into(),
-                    value: t,
-                    reason: "must be finite and >= 0",
-                });
+                return Err(ParamsError::Invalid { name: name.into(), value: t, reason: "must be finite and >= 0" });
             }
         }
         if let Some(k) = &self.kernels {
@@ -478,16 +470,16 @@ impl Params {
         }
         for &w in self.ray_profile.iter().flatten() {
             if !(w.is_finite() && w > 0.0) {
-                return Err(ParamsError::Invalid { name: "ray_profile".into(), value: w, reason: "every band's cost must be finite and > 0" });
+                return Err(ParamsError::Invalid {
+                    name: "ray_profile".into(),
+                    value: w,
+                    reason: "every band's cost must be finite and > 0",
+                });
             }
         }
         if let Some(r) = self.ray_pixel_rate {
             if !(r.is_finite() && r > 0.0) {
-                return Err(ParamsError::Invalid {
-                    name: "ray_pixel_rate".into(),
-                    value: r,
-                    reason: "must be finite and > 0",
-                });
+                return Err(ParamsError::Invalid { name: "ray_pixel_rate".into(), value: r, reason: "must be finite and > 0" });
             }
         }
         Ok(())
@@ -525,7 +517,9 @@ mod tests {
         // The whole image costs its rows at the average rate, however split.
         p.ray_profile = Some(vec![0.2, 0.9, 1.4, 1.1, 0.7]);
         for grain in [1u64, 7, 33, 100, 1000] {
-            let total: f64 = (0..1000u64.div_ceil(grain)).map(|k| p.ray_rows_weight(k * grain, grain.min(1000 - k * grain), 1000) * grain.min(1000 - k * grain) as f64).sum();
+            let total: f64 = (0..1000u64.div_ceil(grain))
+                .map(|k| p.ray_rows_weight(k * grain, grain.min(1000 - k * grain), 1000) * grain.min(1000 - k * grain) as f64)
+                .sum();
             assert!((total - 1000.0).abs() < 1e-6, "grain {grain}: {total}");
         }
         p.ray_profile = Some(vec![1.0, -1.0]);

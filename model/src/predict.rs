@@ -186,7 +186,13 @@ enum Shape {
 fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown: f64) -> Result<Shape, ModelError> {
     let p = n.div_ceil(b);
     if app == App::Raytrace {
-        return Ok(with_overhead(Shape::Steps(raytrace::steps(params, n, b, options, slowdown)), params, p, start_behind(app, params, n, b, options), None));
+        return Ok(with_overhead(
+            Shape::Steps(raytrace::steps(params, n, b, options, slowdown)),
+            params,
+            p,
+            start_behind(app, params, n, b, options),
+            None,
+        ));
     }
     let mut t = Primitives::square(params, b, options)?.slowed(slowdown);
     if let App::Cholesky(_) = app {
@@ -600,10 +606,9 @@ mod tests {
         let without = Params::thesis_fast();
         let shared = |s: u64| Options { shared_cpu: Some(SharedCpu { cores: 2, store_share: 1.0 }), ..Options::with_slaves(s) };
         // The slaves' side of the same requests loads the cores alike.
-        for with in [
-            Params { store_cpu_per_task: Some(0.01), ..without.clone() },
-            Params { slave_cpu_per_task: Some(0.01), ..without.clone() },
-        ] {
+        for with in
+            [Params { store_cpu_per_task: Some(0.01), ..without.clone() }, Params { slave_cpu_per_task: Some(0.01), ..without.clone() }]
+        {
             for app in [App::Matmul, App::Raytrace, App::Cholesky(Variant::Dag)] {
                 let (n, b) = if app == App::Raytrace { (512, 8) } else { (3000, 300) };
                 let run = |params: &Params, s: u64| predict(app, n, b, params, &shared(s)).unwrap().predicted;
@@ -655,7 +660,11 @@ mod tests {
             assert!((c.predicted - a.predicted - want).abs() < 1e-6 * c.predicted, "one slave: {} vs {}", c.predicted - a.predicted, want);
         }
         for app in [App::Matmul, App::Lu { pivot: false }, App::Cholesky(Variant::SingleBag)] {
-            assert_eq!(predict(app, n, b, &per, &Options::default()).unwrap().predicted, predict(app, n, b, &base, &Options::default()).unwrap().predicted, "{app}");
+            assert_eq!(
+                predict(app, n, b, &per, &Options::default()).unwrap().predicted,
+                predict(app, n, b, &base, &Options::default()).unwrap().predicted,
+                "{app}"
+            );
         }
     }
 
@@ -666,7 +675,10 @@ mod tests {
         let base = Params { task_overhead: Some(0.002), ..Params::thesis_fast() };
         let woken = Params { task_wake: Some(0.001), ..base.clone() };
         for app in [App::Matmul, App::Lu { pivot: false }, App::Raytrace] {
-            let (a, b) = (predict(app, 1200, 300, &base, &Options::default()).unwrap(), predict(app, 1200, 300, &woken, &Options::default()).unwrap());
+            let (a, b) = (
+                predict(app, 1200, 300, &base, &Options::default()).unwrap(),
+                predict(app, 1200, 300, &woken, &Options::default()).unwrap(),
+            );
             let want = a.t1 + 0.001 * a.volumes.n_tasks as f64;
             assert!((b.t1 - want).abs() < 1e-9 * want, "{app}: {} vs {want}", b.t1);
             // With many slaves the wake-ups overlap: less than their sum.
@@ -720,7 +732,11 @@ mod tests {
         let in_task = Options { write_behind: false, ..behind.clone() };
         assert_eq!(predict(dag, n, b, &slow, &in_task).unwrap().predicted, predict(dag, n, b, &base, &in_task).unwrap().predicted);
         for app in [App::Matmul, App::Lu { pivot: false }] {
-            assert_eq!(predict(app, n, b, &slow, &behind).unwrap().predicted, predict(app, n, b, &base, &behind).unwrap().predicted, "{app}");
+            assert_eq!(
+                predict(app, n, b, &slow, &behind).unwrap().predicted,
+                predict(app, n, b, &base, &behind).unwrap().predicted,
+                "{app}"
+            );
         }
     }
 

@@ -83,10 +83,7 @@ impl Primitives {
         let (x, y) = (b1 as f64, b2 as f64);
         let bytes = ELEMENT_BYTES * x * y;
         let tcom = if options.use_bsp {
-            let bsp = params.bsp.ok_or(ModelError::MissingParameter {
-                option: "use_bsp",
-                parameter: "bsp",
-            })?;
+            let bsp = params.bsp.ok_or(ModelError::MissingParameter { option: "use_bsp", parameter: "bsp" })?;
             bsp.l + bsp.g * bytes
         } else {
             params.network.cost(bytes)
@@ -98,13 +95,7 @@ impl Primitives {
         let tdget = params.disk_get.cost(bytes);
         let tdget_cached = params.disk_get_cached.map_or(0.0, |d| d.cost(bytes));
         let tdput = if options.cached_puts {
-            params
-                .disk_put_cached
-                .ok_or(ModelError::MissingParameter {
-                    option: "cached_puts",
-                    parameter: "disk_put_cached",
-                })?
-                .cost(bytes)
+            params.disk_put_cached.ok_or(ModelError::MissingParameter { option: "cached_puts", parameter: "disk_put_cached" })?.cost(bytes)
         } else {
             params.disk_put.cost(bytes)
         };
@@ -283,9 +274,6 @@ mod tests {
     #[test]
     fn bsp_needs_parameters() {
         let o = Options { use_bsp: true, ..Options::default() };
-        assert!(matches!(
-            Primitives::square(&Params::thesis_fast(), 100, &o),
-            Err(ModelError::MissingParameter { .. })
-        ));
+        assert!(matches!(Primitives::square(&Params::thesis_fast(), 100, &o), Err(ModelError::MissingParameter { .. })));
     }
 }

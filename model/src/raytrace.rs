@@ -30,14 +30,7 @@ pub fn bounds(n_tasks: u64, tcomp: f64, tput: f64) -> RayBounds {
     let t1 = n * (tcomp + tput);
     let comm = n * tput;
     let limit = 1.0 + tcomp / tput;
-    RayBounds {
-        t1,
-        comm,
-        lwr_inf: (t1 / n).max(comm),
-        upr_inf: comm + tcomp,
-        speedup_comm_limit: limit,
-        upr_speedup: limit.min(n),
-    }
+    RayBounds { t1, comm, lwr_inf: (t1 / n).max(comm), upr_inf: comm + tcomp, speedup_comm_limit: limit, upr_speedup: limit.min(n) }
 }
 
 /// Rows of each task: grains of `grain` rows, the last one shorter.
@@ -72,14 +65,7 @@ pub fn steps(params: &Params, side: u64, grain: u64, options: &Options, slowdown
 /// Tasks and output; the input (the scene) is negligible.
 pub fn volumes(side: u64, grain: u64, options: &Options) -> Volumes {
     let n = side.div_ceil(grain);
-    Volumes {
-        n_tasks: n,
-        input_bytes: 0.0,
-        n_gets: 0,
-        get_bytes: 0.0,
-        n_puts: n,
-        put_bytes: options.pixel_bytes * (side * side) as f64,
-    }
+    Volumes { n_tasks: n, input_bytes: 0.0, n_gets: 0, get_bytes: 0.0, n_puts: n, put_bytes: options.pixel_bytes * (side * side) as f64 }
 }
 
 /// Memory per slave: one grain of output (twice with slave overlap).

@@ -112,7 +112,8 @@ pub struct Overlap {
 
 impl Overlap {
     /// The thesis's experiments: no overlap, one store node.
-    pub const NONE: Overlap = Overlap { server: false, slave: false, slave_share: 1.0, store_nodes: 1, write_behind: false, lead_in_series: false };
+    pub const NONE: Overlap =
+        Overlap { server: false, slave: false, slave_share: 1.0, store_nodes: 1, write_behind: false, lead_in_series: false };
 }
 
 /// Tasks between two barriers.
@@ -223,11 +224,7 @@ impl Step {
     /// Store busy time, a lower bound on the step (3.3, 5.6, §5.4); reads
     /// the slaves move themselves are not the store's.
     pub fn store_busy(&self, ov: Overlap) -> f64 {
-        let busy = if ov.server {
-            self.sum(|c| c.disk).max(self.sum(|c| c.net - c.at_slave))
-        } else {
-            self.sum(|c| c.io() - c.at_slave)
-        };
+        let busy = if ov.server { self.sum(|c| c.disk).max(self.sum(|c| c.net - c.at_slave)) } else { self.sum(|c| c.io() - c.at_slave) };
         busy / ov.store_nodes.max(1) as f64
     }
 
@@ -267,16 +264,10 @@ impl Step {
         // true when two threads share each of N/2 slaves; with more slaves a
         // task may have a slave to itself, so only min(s, N) is used here.
         let busy_slaves = s.min(n);
-        let lwr = self
-            .store_busy(ov)
-            .max(self.tasks_t1_hiding(ov, 0.0) / busy_slaves as f64)
-            .max(self.longest());
+        let lwr = self.store_busy(ov).max(self.tasks_t1_hiding(ov, 0.0) / busy_slaves as f64).max(self.longest());
         let serial = self.sum(TaskCost::total);
-        let upr = if s >= n {
-            self.io() + self.longest_comp()
-        } else {
-            (self.io() + self.comp() / s as f64 + self.longest_comp()).min(serial)
-        };
+        let upr =
+            if s >= n { self.io() + self.longest_comp() } else { (self.io() + self.comp() / s as f64 + self.longest_comp()).min(serial) };
         let ending = self.ending(ov);
         Bounds { lwr: lwr + ending, upr: upr + ending }
     }
@@ -304,7 +295,11 @@ impl Step {
             .classes
             .iter()
             .flat_map(|c| std::iter::repeat_n(c.cost, c.count as usize))
-            .map(|c| crate::simulate::SimTask { foreground: c.foreground(ov), ending: c.put - c.put_in_foreground(ov), ..Default::default() })
+            .map(|c| crate::simulate::SimTask {
+                foreground: c.foreground(ov),
+                ending: c.put - c.put_in_foreground(ov),
+                ..Default::default()
+            })
             .collect();
         crate::simulate::makespan(&tasks, s, ov.store_nodes, slowdown) + self.barrier.unwrap_or(0.0)
     }

@@ -43,13 +43,7 @@ impl MemoryLayout {
 /// * server row, directed: `M = 32ksb² + 8vb²` — (5.5), (5.9), (5.12), (5.17).
 ///
 /// (The `8vb²` term appears only with server double buffering.)
-pub fn max_block(
-    n: u64,
-    s: u64,
-    total_bytes: f64,
-    layout: MemoryLayout,
-    options: &Options,
-) -> Result<f64, ModelError> {
+pub fn max_block(n: u64, s: u64, total_bytes: f64, layout: MemoryLayout, options: &Options) -> Result<f64, ModelError> {
     let (n, s, m) = (n as f64, s.max(1) as f64, total_bytes);
     let k = if options.slave_overlap { 2.0 } else { 1.0 };
     let v = if options.server_double_buffer { options.store_nodes.max(1) as f64 } else { 0.0 };
@@ -163,9 +157,6 @@ mod tests {
 
     #[test]
     fn too_little_memory_is_an_error() {
-        assert!(matches!(
-            max_block(1000, 4, 10.0, MemoryLayout::NoCache, &Options::default()),
-            Err(ModelError::MemoryTooSmall { .. })
-        ));
+        assert!(matches!(max_block(1000, 4, 10.0, MemoryLayout::NoCache, &Options::default()), Err(ModelError::MemoryTooSmall { .. })));
     }
 }

@@ -84,13 +84,7 @@ fn params_strategy() -> impl Strategy<Value = Params> {
     (0.1f64..10.0, 0.1f64..10.0, 0.1f64..10.0, 0.1f64..10.0).prop_map(|(kp, kc, kg, ku)| {
         let f = Params::thesis_fast();
         let sc = |x: Piecewise, k: f64| Piecewise::new(x.bandwidth * k, x.threshold);
-        Params {
-            multiply: sc(f.multiply, kp),
-            network: sc(f.network, kc),
-            disk_get: sc(f.disk_get, kg),
-            disk_put: sc(f.disk_put, ku),
-            ..f
-        }
+        Params { multiply: sc(f.multiply, kp), network: sc(f.network, kc), disk_get: sc(f.disk_get, kg), disk_put: sc(f.disk_put, ku), ..f }
     })
 }
 

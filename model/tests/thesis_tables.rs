@@ -170,7 +170,9 @@ fn ray_tracing_single_slave_is_below_table_4_2() {
 /// disk, as the digest notes.)
 #[test]
 fn fast_minimum_times_respect_the_lower_bound() {
-    for (app, n, b, min) in [(App::Matmul, 3000, 300, 986.0), (App::Matmul, 3000, 750, 386.0), (CHOL, 4800, 300, 925.0), (CHOL, 4800, 600, 543.0)] {
+    for (app, n, b, min) in
+        [(App::Matmul, 3000, 300, 986.0), (App::Matmul, 3000, 750, 386.0), (CHOL, 4800, 300, 925.0), (CHOL, 4800, 600, 543.0)]
+    {
         let p = predict(app, n, b, &Params::thesis_fast(), &Options::default()).unwrap();
         assert!(p.t_inf.lwr <= min, "{app} b={b}: lwr {} > measured minimum {min}", p.t_inf.lwr);
     }

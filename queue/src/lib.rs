@@ -147,13 +147,7 @@ impl Bags {
         let Some((seq, entry)) = b.free.pop_first() else {
             return if b.is_empty() { Dequeue::Empty } else { Dequeue::NoneAvailable };
         };
-        let out = Dequeued {
-            bag: bag.to_owned(),
-            seq,
-            payload: entry.payload.clone(),
-            attempts: entry.attempts,
-            returns: entry.returns,
-        };
+        let out = Dequeued { bag: bag.to_owned(), seq, payload: entry.payload.clone(), attempts: entry.attempts, returns: entry.returns };
         b.taken.insert(seq, (action, entry));
         self.held.entry(action).or_default().push((bag.to_owned(), seq));
         Dequeue::Task(out)
@@ -207,7 +201,13 @@ impl Bags {
                     });
                     out.dead_lettered.push((
                         bag.clone(),
-                        Dequeued { bag: dead.clone(), seq: dseq, payload: entry.payload.clone(), attempts: entry.attempts, returns: entry.returns },
+                        Dequeued {
+                            bag: dead.clone(),
+                            seq: dseq,
+                            payload: entry.payload.clone(),
+                            attempts: entry.attempts,
+                            returns: entry.returns,
+                        },
                     ));
                     d.free.insert(dseq, entry);
                     out.touched.push(bag);
@@ -235,8 +235,7 @@ impl Bags {
             b.incoming += 1;
             c.puts.push((bag, seq, payload));
         }
-        let mut out: Vec<Mutation> =
-            c.deletes.iter().map(|(bag, seq)| Mutation::Delete { bag: bag.clone(), seq: *seq }).collect();
+        let mut out: Vec<Mutation> = c.deletes.iter().map(|(bag, seq)| Mutation::Delete { bag: bag.clone(), seq: *seq }).collect();
         out.extend(c.puts.iter().map(|(bag, seq, payload)| Mutation::Put {
             bag: bag.clone(),
             seq: *seq,

@@ -69,7 +69,8 @@ impl ReadWaits {
         if self.prefetched + self.in_open == 0 {
             self.first_wait = waited;
         }
-        let (n, total) = if prefetched { (&mut self.prefetched, &mut self.prefetched_wait) } else { (&mut self.in_open, &mut self.in_open_wait) };
+        let (n, total) =
+            if prefetched { (&mut self.prefetched, &mut self.prefetched_wait) } else { (&mut self.in_open, &mut self.in_open_wait) };
         *n += 1;
         *total += waited;
     }

@@ -240,7 +240,15 @@ impl Slave {
         let writes = Writes::new(self.in_flight.clone(), self.largest_block.clone());
         let (outcome, action, task, writes, waits, (kernels, core_wait), ran) = tokio::task::spawn_blocking(move || {
             let ran = Instant::now();
-            let mut ctx = StoreCtx { rt, client: &client, action: &action, job: spec.job(), prefetch: Default::default(), writes, waits: Default::default() };
+            let mut ctx = StoreCtx {
+                rt,
+                client: &client,
+                action: &action,
+                job: spec.job(),
+                prefetch: Default::default(),
+                writes,
+                waits: Default::default(),
+            };
             let tries = task.attempts + task.returns;
             apps::kernels::take_kernel_time();
             let sched = ThreadSched::now();

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use actions::{ActionId, LockMode};
 use bytes::Bytes;
 use prost::Message;
-use tokio::io::{AsyncRead, AsyncReadExt};
 use store_client::block::{self, BlockHeader, HEADER_LEN};
 use store_client::{proto, MatrixInfo, StoreError};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use uuid::Uuid;
 
 use crate::db::Db;
@@ -126,7 +126,12 @@ impl Node {
     /// Also answers the version opened: without a lock, the caller checks
     /// with [`Node::is_current`] that it was not replaced before the
     /// header was read.
-    pub(crate) async fn open_block(&self, action: Option<ActionId>, key: BlockKey, mode: LockMode) -> Result<(Uuid, Arc<std::fs::File>), StoreError> {
+    pub(crate) async fn open_block(
+        &self,
+        action: Option<ActionId>,
+        key: BlockKey,
+        mode: LockMode,
+    ) -> Result<(Uuid, Arc<std::fs::File>), StoreError> {
         // A pointer lookup and an open (mostly of a kept file):
         // microseconds, less than the blocking pool's two thread hand-offs.
         let open = move |db: &Db, v| Ok(db.open_version(v, &|| format!("{key:?}"))?.map(|file| (v, file)));
@@ -224,12 +229,19 @@ impl Node {
         let (staging, written) = write_pieces(staging, header, payload, sync_last, from).await;
         // `None`: a writer thread panicked with the file (the next open
         // sweeps it), and the connection is out of step.
-        let Some(staging) = staging else { return Err(written.err().unwrap_or_else(|| std::io::Error::other("a block writer thread panicked"))) };
+        let Some(staging) = staging else {
+            return Err(written.err().unwrap_or_else(|| std::io::Error::other("a block writer thread panicked")));
+        };
         self.end_put(action, key, staging, written, sync_last)
     }
 
     /// Checks a put, takes its lock and the file its version goes into.
-    pub(crate) async fn prepare_staging(&self, action: Option<ActionId>, key: BlockKey, header: &BlockHeader) -> Result<(ActionId, Staging), StoreError> {
+    pub(crate) async fn prepare_staging(
+        &self,
+        action: Option<ActionId>,
+        key: BlockKey,
+        header: &BlockHeader,
+    ) -> Result<(ActionId, Staging), StoreError> {
         let Some(action) = action else { return Err(StoreError::InvalidArgument { what: "a block put needs an action".into() }) };
         self.prepare_put(action, key, header).await?;
         let staging = self.db.files().stage(HEADER_LEN as u64 + header.payload_len() as u64)?;
@@ -410,7 +422,12 @@ pub(crate) fn multi_threaded() -> bool {
 
 /// Waits for the piece being written, if any; takes back its file and
 /// buffer and keeps its error.
-async fn settle(writing: &mut Option<Writing>, staging: &mut Option<Staging>, spare: &mut Option<Vec<u8>>, failed: &mut Option<std::io::Error>) {
+async fn settle(
+    writing: &mut Option<Writing>,
+    staging: &mut Option<Staging>,
+    spare: &mut Option<Vec<u8>>,
+    failed: &mut Option<std::io::Error>,
+) {
     if let Some(w) = writing.take() {
         if let Ok((s, buf, r)) = w.await {
             *staging = Some(s);

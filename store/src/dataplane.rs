@@ -17,8 +17,8 @@ use actions::{ActionId, LockMode};
 use std::os::fd::AsFd;
 use store_client::block::{BlockHeader, HEADER_LEN};
 
-use store_client::dataplane::wire::{self, Op, Reply, Request, REQUEST_LEN};
 use store_client::dataplane::splice::PipeReader;
+use store_client::dataplane::wire::{self, Op, Reply, Request, REQUEST_LEN};
 use store_client::dataplane::{fdpass, size_buffers, Stream};
 use store_client::StoreError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -301,18 +301,28 @@ async fn call(node: &Arc<Node>, method: u32, body: &[u8]) -> Result<Vec<u8>, Sto
     use store_client::proto;
     let bad = |e: prost::DecodeError| StoreError::InvalidArgument { what: format!("a call's request: {e}") };
     let reply = match wire::Method::from_u32(method) {
-        Some(wire::Method::Dequeue) => crate::rpc::dequeue(node, proto::DequeueRequest::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec()),
-        Some(wire::Method::WriteSmall) => crate::rpc::write_small(node, proto::SmallWrite::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec()),
+        Some(wire::Method::Dequeue) => {
+            crate::rpc::dequeue(node, proto::DequeueRequest::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec())
+        }
+        Some(wire::Method::WriteSmall) => {
+            crate::rpc::write_small(node, proto::SmallWrite::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec())
+        }
         Some(wire::Method::Begin) => crate::rpc::begin(node, proto::BeginRequest::decode(body).map_err(bad)?).map(|r| r.encode_to_vec()),
-        Some(wire::Method::ReadSmall) => crate::rpc::read_small(node, proto::SmallRef::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec()),
+        Some(wire::Method::ReadSmall) => {
+            crate::rpc::read_small(node, proto::SmallRef::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec())
+        }
         Some(wire::Method::ReadSmallMany) => {
             crate::rpc::read_small_many(node, proto::SmallRefs::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec())
         }
         Some(wire::Method::WriteSmallMany) => {
             crate::rpc::write_small_many(node, proto::SmallWrites::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec())
         }
-        Some(wire::Method::Enqueue) => crate::rpc::enqueue(node, proto::EnqueueRequest::decode(body).map_err(bad)?).map(|r| r.encode_to_vec()),
-        Some(wire::Method::Commit) => crate::rpc::commit(node, proto::ActionRef::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec()),
+        Some(wire::Method::Enqueue) => {
+            crate::rpc::enqueue(node, proto::EnqueueRequest::decode(body).map_err(bad)?).map(|r| r.encode_to_vec())
+        }
+        Some(wire::Method::Commit) => {
+            crate::rpc::commit(node, proto::ActionRef::decode(body).map_err(bad)?).await.map(|r| r.encode_to_vec())
+        }
         None => return Err(StoreError::InvalidArgument { what: format!("unknown data plane method {method}") }),
     };
     reply.map_err(|status| StoreError::from_status(&status))

@@ -43,8 +43,8 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::path::Path;
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::Duration;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use rocksdb::{BlockBasedOptions, Cache, ColumnFamilyDescriptor, IteratorMode, Options, WriteBatch, WriteOptions, DB};
 use store_client::StoreError;

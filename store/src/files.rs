@@ -441,7 +441,12 @@ impl BlockFiles {
             Some(_) => OpenOptions::new().read(true).write(true).open(&path),
             // Never over another version's file (ids are fresh; this is a
             // guard, and a refused create removes nothing).
-            None => OpenOptions::new().read(true).write(true).create_new(true).open(&path).inspect(|_| self.unsynced.store(true, Ordering::SeqCst)),
+            None => OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .inspect(|_| self.unsynced.store(true, Ordering::SeqCst)),
         };
         let file = opened.map_err(|e| io_error(e, || format!("creating block version {version}")))?;
         // A warm spare longer than the value is cut to it when it finishes.
@@ -663,8 +668,8 @@ impl BlockFiles {
         let mut unkept = Vec::new();
         for &v in versions {
             // A missing file (a sweep got it) is not kept.
-            let kept = std::fs::metadata(self.path(v))
-                .is_ok_and(|m| self.recycled.lock().unwrap_or_else(|e| e.into_inner()).keep(v, m.len()));
+            let kept =
+                std::fs::metadata(self.path(v)).is_ok_and(|m| self.recycled.lock().unwrap_or_else(|e| e.into_inner()).keep(v, m.len()));
             if !kept {
                 unkept.push(v);
             }

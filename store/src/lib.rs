@@ -136,8 +136,8 @@ impl Running {
 // The token interceptor's closure returns tonic's `Status`, a large `Err`.
 #[allow(clippy::result_large_err)]
 pub async fn start(config: Config) -> Result<Running, ServeError> {
-    let (db, recovered) = db::Db::open(&config.data, config.cache_mib)
-        .map_err(|source| ServeError::Open { path: config.data.clone(), source })?;
+    let (db, recovered) =
+        db::Db::open(&config.data, config.cache_mib).map_err(|source| ServeError::Open { path: config.data.clone(), source })?;
     tracing::info!(
         boot = recovered.boot,
         n_queue_elements = recovered.queue.len(),
@@ -151,9 +151,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     let writes_stopped = db.writes_stopped();
     let node = Arc::new(node::Node::new(db.clone(), recovered.boot, recovered.queue, matrices, config.node.clone()));
 
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| ServeError::Bind { addr: config.listen, source })?;
+    let listener = tokio::net::TcpListener::bind(config.listen).await.map_err(|source| ServeError::Bind { addr: config.listen, source })?;
     let addr = listener.local_addr().map_err(|source| ServeError::Bind { addr: config.listen, source })?;
 
     // `Server::tcp_nodelay` only reaches sockets that tonic accepts itself
@@ -163,8 +161,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     let incoming = tonic::transport::server::TcpIncoming::from_listener(listener, true, None)
         .map_err(|e| ServeError::Bind { addr, source: std::io::Error::other(e) })?;
     let data_addr = config.data_listen.unwrap_or(SocketAddr::new(addr.ip(), 0));
-    let data_listener =
-        tokio::net::TcpListener::bind(data_addr).await.map_err(|source| ServeError::Bind { addr: data_addr, source })?;
+    let data_listener = tokio::net::TcpListener::bind(data_addr).await.map_err(|source| ServeError::Bind { addr: data_addr, source })?;
     let data_addr = data_listener.local_addr().map_err(|source| ServeError::Bind { addr: data_addr, source })?;
     let data_port = data_addr.port();
     let (unix_path, unix_listener) = bind_unix(&config.data.join(DATA_SOCKET), "local block transfers").unzip();
@@ -193,9 +190,8 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
             .add_service(service.clone())
     };
     let server = router().serve_with_incoming_shutdown(incoming, shutdown_signal(stopped.clone()));
-    let local_server = rpc_unix_listener.map(|l| {
-        router().serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(l), shutdown_signal(stopped))
-    });
+    let local_server = rpc_unix_listener
+        .map(|l| router().serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(l), shutdown_signal(stopped)));
     let task = tokio::spawn(async move {
         let local = async {
             match local_server {
@@ -241,8 +237,9 @@ fn check_token(expected: Option<&str>, req: Request<()>) -> Result<Request<()>, 
     match req.metadata().get("authorization").and_then(|v| v.to_str().ok()) {
         Some(got) if got == expected => Ok(req),
         Some(_) => Err(StoreError::Unauthenticated { what: "wrong cluster token".into() }.to_status()),
-        None => Err(StoreError::Unauthenticated { what: "this store node needs the cluster token (--token / STORE_TOKEN)".into() }
-            .to_status()),
+        None => {
+            Err(StoreError::Unauthenticated { what: "this store node needs the cluster token (--token / STORE_TOKEN)".into() }.to_status())
+        }
     }
 }
 

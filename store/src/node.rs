@@ -150,13 +150,7 @@ pub(crate) fn action_error(e: ActionError) -> StoreError {
 }
 
 impl Node {
-    pub(crate) fn new(
-        db: Arc<Db>,
-        boot: u64,
-        queue: Vec<(String, u64, Vec<u8>, u32)>,
-        matrices: Matrices,
-        config: NodeConfig,
-    ) -> Node {
+    pub(crate) fn new(db: Arc<Db>, boot: u64, queue: Vec<(String, u64, Vec<u8>, u32)>, matrices: Matrices, config: NodeConfig) -> Node {
         let mut bags = Bags::new(config.attempt_limit);
         for (bag, seq, payload, attempts) in queue {
             bags.load(&bag, seq, payload, attempts);
@@ -225,13 +219,8 @@ impl Node {
     /// Ends every session whose lease has lapsed.
     pub(crate) fn reap_expired(&self) {
         let now = Instant::now();
-        let expired: Vec<SessionId> = self
-            .core()
-            .sessions
-            .iter()
-            .filter(|(_, s)| now.duration_since(s.last_seen) > self.config.lease)
-            .map(|(id, _)| *id)
-            .collect();
+        let expired: Vec<SessionId> =
+            self.core().sessions.iter().filter(|(_, s)| now.duration_since(s.last_seen) > self.config.lease).map(|(id, _)| *id).collect();
         for id in expired {
             self.close_session(id, "lease lapsed");
         }

@@ -82,13 +82,7 @@ fn bag_name(bag: &str) -> Result<&str, Status> {
 }
 
 fn matrix_proto(m: &MatrixInfo) -> proto::MatrixInfo {
-    proto::MatrixInfo {
-        id: m.id.as_bytes().to_vec().into(),
-        name: m.name.clone(),
-        n_rows: m.n_rows,
-        n_cols: m.n_cols,
-        block: m.block,
-    }
+    proto::MatrixInfo { id: m.id.as_bytes().to_vec().into(), name: m.name.clone(), n_rows: m.n_rows, n_cols: m.n_cols, block: m.block }
 }
 
 fn task_proto(d: queue::Dequeued) -> proto::Task {
@@ -288,15 +282,8 @@ impl Store for Rpc {
         let key = BlockKey { matrix: uuid(&r.matrix)?, i: r.i, j: r.j };
         let mode = if r.for_update { LockMode::Write } else { LockMode::Read };
         let (h, value) = self.node.get_block(action(r.action), key, mode).await.map_err(status)?;
-        let header = proto::BlockHeader {
-            action: r.action,
-            matrix: r.matrix,
-            i: r.i,
-            j: r.j,
-            rows: h.rows,
-            cols: h.cols,
-            crc32c: h.crc32c,
-        };
+        let header =
+            proto::BlockHeader { action: r.action, matrix: r.matrix, i: r.i, j: r.j, rows: h.rows, cols: h.cols, crc32c: h.crc32c };
         // Chunks are slices of the one buffer read from RocksDB.
         let mut chunks = Vec::with_capacity(value.len() / CHUNK_BYTES + 1);
         let mut off = HEADER_LEN;
@@ -355,11 +342,7 @@ impl Store for Rpc {
     async fn bag_stats(&self, req: Request<proto::BagRef>) -> Reply<proto::BagStatsReply> {
         let r = req.into_inner();
         let (s, dead) = self.node.bag_stats(bag_name(&r.bag)?);
-        Ok(Response::new(proto::BagStatsReply {
-            free: s.free as u64,
-            taken: s.taken as u64,
-            dead: (dead.free + dead.taken) as u64,
-        }))
+        Ok(Response::new(proto::BagStatsReply { free: s.free as u64, taken: s.taken as u64, dead: (dead.free + dead.taken) as u64 }))
     }
 
     async fn list_bag(&self, req: Request<proto::BagRef>) -> Reply<proto::BagElements> {

@@ -206,9 +206,16 @@ pub(crate) mod tests {
     /// Commits block (0, 1) = `fill`, the flag = `flag`, and the removal of
     /// queue element `seq`, its version synced beside the batch by
     /// `sync_versions`.
-    async fn commit_beside(db: &Db, fill: f64, flag: &str, seq: u64, sync_versions: impl std::future::Future<Output = Result<(), StoreError>>) -> Result<(), StoreError> {
+    async fn commit_beside(
+        db: &Db,
+        fill: f64,
+        flag: &str,
+        seq: u64,
+        sync_versions: impl std::future::Future<Output = Result<(), StoreError>>,
+    ) -> Result<(), StoreError> {
         let version = staged_block(db, fill);
-        let writes = vec![(ObjKey::Block(block_key()), Tentative::Block(version)), (ObjKey::Small("flag".into()), Tentative::Small(flag.into()))];
+        let writes =
+            vec![(ObjKey::Block(block_key()), Tentative::Block(version)), (ObjKey::Small("flag".into()), Tentative::Small(flag.into()))];
         db.commit_beside(writes, vec![queue::Mutation::Delete { bag: BAG.into(), seq }], sync_versions).await
     }
 
@@ -218,7 +225,10 @@ pub(crate) mod tests {
         let (db, _) = Db::open(dir, 8).unwrap();
         let version = staged_block(&db, 1.0);
         db.files().sync_staged(&[version]).unwrap();
-        let writes = vec![(ObjKey::Block(block_key()), Tentative::Block(version)), (ObjKey::Small("flag".into()), Tentative::Small(b"old".to_vec()))];
+        let writes = vec![
+            (ObjKey::Block(block_key()), Tentative::Block(version)),
+            (ObjKey::Small("flag".into()), Tentative::Small(b"old".to_vec())),
+        ];
         let queue = (1..=3).map(|seq| queue::Mutation::Put { bag: BAG.into(), seq, payload: vec![seq as u8], attempts: 0 }).collect();
         db.commit(writes, queue).await.unwrap();
         db

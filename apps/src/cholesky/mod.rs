@@ -288,7 +288,9 @@ pub(crate) fn run(
     match t {
         CholTask::Block { i, j } => {
             if i >= p || j > i {
-                return Err(TaskError::BadTask { reason: format!("Cholesky block ({i},{j}) outside the lower triangle of {p}x{p} blocks") });
+                return Err(TaskError::BadTask {
+                    reason: format!("Cholesky block ({i},{j}) outside the lower triangle of {p}x{p} blocks"),
+                });
             }
             if run.wait.is_some() {
                 // Hold the flag's write lock from the start: a task that

@@ -153,9 +153,7 @@ pub fn successors(p: u32, t: LuTask) -> Vec<LuTask> {
     let mut s = match t {
         LuTask::Mult { i, k } if i == k => vec![LuTask::Factor { k }],
         LuTask::Mult { i, k } => vec![LuTask::SolveL { i, k }],
-        LuTask::Factor { k } => {
-            (k + 1..p).map(|i| LuTask::SolveL { i, k }).chain((k + 1..p).map(|j| LuTask::SolveU { k, j })).collect()
-        }
+        LuTask::Factor { k } => (k + 1..p).map(|i| LuTask::SolveL { i, k }).chain((k + 1..p).map(|j| LuTask::SolveU { k, j })).collect(),
         // L(i,k) is L(i,m) of the multiplies (i, j), k < j ≤ i, and L(k,m)
         // of the U solves (i, j), j > i.
         LuTask::SolveL { i, k } => {
@@ -163,12 +161,8 @@ pub fn successors(p: u32, t: LuTask) -> Vec<LuTask> {
         }
         // U(k,j) is U(m,k) of the multiplies (i, j), i ≥ j, and U(m,j) of
         // the U solves (m, j), k < m < j.
-        LuTask::SolveU { k, j } => {
-            (j..p).map(|i| LuTask::Mult { i, k: j }).chain((k + 1..j).map(|m| LuTask::SolveU { k: m, j })).collect()
-        }
-        LuTask::Copy { .. } | LuTask::Panel { .. } | LuTask::Swap { .. } | LuTask::Update { .. } | LuTask::LeftSwap { .. } => {
-            Vec::new()
-        }
+        LuTask::SolveU { k, j } => (j..p).map(|i| LuTask::Mult { i, k: j }).chain((k + 1..j).map(|m| LuTask::SolveU { k: m, j })).collect(),
+        LuTask::Copy { .. } | LuTask::Panel { .. } | LuTask::Swap { .. } | LuTask::Update { .. } | LuTask::LeftSwap { .. } => Vec::new(),
     };
     s.sort_unstable();
     s

@@ -34,12 +34,7 @@ pub(crate) fn check_inputs(a: &MatrixMeta, b: &MatrixMeta) -> Result<(), PlanErr
     }
     // Same b on both sides makes A's block columns line up with B's block rows.
     if a.block != b.block {
-        return Err(PlanError::BlockMismatch {
-            a_name: a.name.clone(),
-            a_block: a.block,
-            b_name: b.name.clone(),
-            b_block: b.block,
-        });
+        return Err(PlanError::BlockMismatch { a_name: a.name.clone(), a_block: a.block, b_name: b.name.clone(), b_block: b.block });
     }
     Ok(())
 }
@@ -55,19 +50,11 @@ pub(crate) fn check(a: &MatrixMeta, b: &MatrixMeta, c: &MatrixMeta) -> Result<()
 
 pub(crate) fn plan(job: uuid::Uuid, a: &MatrixMeta, b: &MatrixMeta, c: &MatrixMeta) -> Result<Plan, PlanError> {
     check(a, b, c)?;
-    let tasks = (0..c.block_rows())
-        .flat_map(|i| (0..c.block_cols()).map(move |j| job::encode_task(&MatmulTask { i, j })))
-        .collect();
+    let tasks = (0..c.block_rows()).flat_map(|i| (0..c.block_cols()).map(move |j| job::encode_task(&MatmulTask { i, j }))).collect();
     Ok(Plan { bags: vec![PlannedBag { name: job::bag_name(job, "matmul"), tasks }], initial_small: vec![] })
 }
 
-pub(crate) fn run(
-    a: &MatrixMeta,
-    b: &MatrixMeta,
-    c: &MatrixMeta,
-    task: &[u8],
-    ctx: &mut dyn TaskCtx,
-) -> Result<TaskOutcome, TaskError> {
+pub(crate) fn run(a: &MatrixMeta, b: &MatrixMeta, c: &MatrixMeta, task: &[u8], ctx: &mut dyn TaskCtx) -> Result<TaskOutcome, TaskError> {
     let t: MatmulTask = job::decode_task(task)?;
     if !c.contains(t.i, t.j) {
         return Err(TaskError::BadTask { reason: format!("C block ({},{}) outside {}", t.i, t.j, c.name) });

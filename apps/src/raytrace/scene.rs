@@ -45,13 +45,7 @@ pub(crate) struct Scene {
     pub(crate) fov_deg: f64,
 }
 
-const PALETTE: [V3; 5] = [
-    V3(0.85, 0.75, 0.45),
-    V3(0.75, 0.30, 0.25),
-    V3(0.30, 0.55, 0.80),
-    V3(0.40, 0.75, 0.40),
-    V3(0.80, 0.80, 0.80),
-];
+const PALETTE: [V3; 5] = [V3(0.85, 0.75, 0.45), V3(0.75, 0.30, 0.25), V3(0.30, 0.55, 0.80), V3(0.40, 0.75, 0.40), V3(0.80, 0.80, 0.80)];
 
 fn material(depth: u32) -> Material {
     Material { color: PALETTE[depth as usize % PALETTE.len()], kd: 0.65, ks: 0.45, shininess: 32, reflect: 0.3 }
@@ -116,10 +110,7 @@ pub(crate) fn balls(level: u32) -> Scene {
     Scene {
         nodes,
         floor_y: -1.0,
-        lights: vec![
-            Light { pos: V3(4.0, 6.0, 5.0), intensity: 0.75 },
-            Light { pos: V3(-5.0, 4.0, 2.0), intensity: 0.35 },
-        ],
+        lights: vec![Light { pos: V3(4.0, 6.0, 5.0), intensity: 0.75 }, Light { pos: V3(-5.0, 4.0, 2.0), intensity: 0.35 }],
         ambient: 0.12,
         eye: V3(3.4, 2.3, 4.7),
         look_at: V3(0.0, 0.2, 0.0),

@@ -92,7 +92,12 @@ fn print_report(r: &probe::ProbeReport) {
             probe::Pattern::CyclicShift => "shift",
             probe::Pattern::TotalExchange => "total_exchange",
         };
-        line(&format!("bsp_g_{tag}"), f.g_us, "us/word", serde_json::json!({"flops_per_word": r.g_flops(f), "l_fit_us": f.l_us, "n_half_words": f.n_half, "g_at_max_h_us": f.g_at_max_h.mean, "g_at_max_h_sd": f.g_at_max_h.sd, "word_bytes": 8}));
+        line(
+            &format!("bsp_g_{tag}"),
+            f.g_us,
+            "us/word",
+            serde_json::json!({"flops_per_word": r.g_flops(f), "l_fit_us": f.l_us, "n_half_words": f.n_half, "g_at_max_h_us": f.g_at_max_h.mean, "g_at_max_h_sd": f.g_at_max_h.sd, "word_bytes": 8}),
+        );
     }
 }
 

@@ -336,7 +336,13 @@ impl Bsp {
         self.check_remote_area(dst)?;
         let size = self.buf(src)?.len;
         if src_offset + len > size {
-            return Err(BspError::OutOfBounds { pid: self.pid, area: src.0, offset: src_offset as u64, len: len as u64, size: size as u64 });
+            return Err(BspError::OutOfBounds {
+                pid: self.pid,
+                area: src.0,
+                offset: src_offset as u64,
+                len: len as u64,
+                size: size as u64,
+            });
         }
         let head = records::put_head(dst.0, dst_offset as u64, len as u64);
         if pid == self.pid {
@@ -356,7 +362,13 @@ impl Bsp {
         self.check_remote_area(src)?;
         let size = self.buf(dst)?.len;
         if dst_offset + len > size {
-            return Err(BspError::OutOfBounds { pid: self.pid, area: dst.0, offset: dst_offset as u64, len: len as u64, size: size as u64 });
+            return Err(BspError::OutOfBounds {
+                pid: self.pid,
+                area: dst.0,
+                offset: dst_offset as u64,
+                len: len as u64,
+                size: size as u64,
+            });
         }
         let o = &mut self.out[pid];
         records::push_getq(&mut o.gets, src.0, offset as u64, len as u64);
@@ -542,7 +554,10 @@ impl Bsp {
             }
             // Every row is known now; collect the get requests sent to us.
             for &src in order.iter().rev() {
-                let c = rows[src].as_ref().ok_or_else(|| BspError::Protocol { from: format!("process {src}"), detail: "count row missing after the barrier".into() })?[self.pid];
+                let c = rows[src].as_ref().ok_or_else(|| BspError::Protocol {
+                    from: format!("process {src}"),
+                    detail: "count row missing after the barrier".into(),
+                })?[self.pid];
                 counts[src] = c & !GETS;
                 while c & GETS != 0 && metas[src].is_none() {
                     let f = w.recv(src)?;
@@ -637,7 +652,8 @@ impl Bsp {
         self.land_gets(self.pid, &out[self.pid].get_dst.clone(), &local_get)?;
         let mut queue = VecDeque::new();
         for src in 0..self.n {
-            let bufs: Vec<&[u8]> = if src == self.pid { vec![&out[src].combined[..]] } else { data[src].iter().map(|f| &f.payload[..]).collect() };
+            let bufs: Vec<&[u8]> =
+                if src == self.pid { vec![&out[src].combined[..]] } else { data[src].iter().map(|f| &f.payload[..]).collect() };
             for b in bufs {
                 for r in records::parse(b, src)? {
                     match r {
@@ -683,7 +699,8 @@ impl Bsp {
             let body = match big {
                 Big::Owned(v) => Payload::Owned(v),
                 Big::Hp { src, off, len } => {
-                    let b = &self.areas[src as usize].as_ref().ok_or(BspError::NotRegistered { pid: self.pid, area: src })?.bytes()[off..off + len];
+                    let b = &self.areas[src as usize].as_ref().ok_or(BspError::NotRegistered { pid: self.pid, area: src })?.bytes()
+                        [off..off + len];
                     Payload::Borrowed { ptr: b.as_ptr(), len }
                 }
             };
@@ -714,7 +731,10 @@ impl Bsp {
 
     fn expect_step(&self, src: usize, f: &InFrame, step: u64) -> Result<()> {
         if f.header.step != step {
-            return Err(BspError::Protocol { from: format!("process {src}"), detail: format!("frame of superstep {} during superstep {step}", f.header.step) });
+            return Err(BspError::Protocol {
+                from: format!("process {src}"),
+                detail: format!("frame of superstep {} during superstep {step}", f.header.step),
+            });
         }
         Ok(())
     }
@@ -724,14 +744,30 @@ impl Bsp {
     }
 
     fn read_area(&self, area: u32, off: u64, len: u64) -> Result<&[u8]> {
-        let b = self.areas.get(area as usize).and_then(|x| x.as_ref()).filter(|b| b.registered).ok_or(BspError::NotRegistered { pid: self.pid, area })?;
-        let end = off.checked_add(len).filter(|&e| e <= b.len as u64).ok_or(BspError::OutOfBounds { pid: self.pid, area, offset: off, len, size: b.len as u64 })?;
+        let b = self
+            .areas
+            .get(area as usize)
+            .and_then(|x| x.as_ref())
+            .filter(|b| b.registered)
+            .ok_or(BspError::NotRegistered { pid: self.pid, area })?;
+        let end = off.checked_add(len).filter(|&e| e <= b.len as u64).ok_or(BspError::OutOfBounds {
+            pid: self.pid,
+            area,
+            offset: off,
+            len,
+            size: b.len as u64,
+        })?;
         Ok(&b.bytes()[off as usize..end as usize])
     }
 
     fn write_area(&mut self, area: u32, off: u64, data: &[u8]) -> Result<()> {
         let pid = self.pid;
-        let b = self.areas.get_mut(area as usize).and_then(|x| x.as_mut()).filter(|b| b.registered).ok_or(BspError::NotRegistered { pid, area })?;
+        let b = self
+            .areas
+            .get_mut(area as usize)
+            .and_then(|x| x.as_mut())
+            .filter(|b| b.registered)
+            .ok_or(BspError::NotRegistered { pid, area })?;
         let len = data.len() as u64;
         let size = b.len as u64;
         let end = off.checked_add(len).filter(|&e| e <= size).ok_or(BspError::OutOfBounds { pid, area, offset: off, len, size })?;

@@ -113,7 +113,10 @@ pub(crate) enum Payload {
     /// Memory owned by the user thread, which stays inside `sync` (holding
     /// `&mut Bsp`) until the progress thread reports the frame written or
     /// dropped. This is how `hpput` sends a block without copying it.
-    Borrowed { ptr: *const u8, len: usize },
+    Borrowed {
+        ptr: *const u8,
+        len: usize,
+    },
 }
 
 // SAFETY: `Borrowed` points into an area that the owning `Bsp` neither frees

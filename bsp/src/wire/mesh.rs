@@ -50,7 +50,13 @@ fn tune(s: &TcpStream) -> Result<(), BspError> {
 
 /// Connects this process to all others. Returns one stream per pid (None
 /// for our own).
-pub(crate) fn connect_mesh(ep: Endpoint, hosts: &[String], me: usize, token: &[u8], timeout: Duration) -> Result<Vec<Option<TcpStream>>, BspError> {
+pub(crate) fn connect_mesh(
+    ep: Endpoint,
+    hosts: &[String],
+    me: usize,
+    token: &[u8],
+    timeout: Duration,
+) -> Result<Vec<Option<TcpStream>>, BspError> {
     let n = hosts.len();
     let deadline = Instant::now() + timeout;
     let tok = token.to_vec();

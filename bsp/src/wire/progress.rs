@@ -154,8 +154,8 @@ impl Reader {
     /// large payload is read straight into its own exact-size vector.
     fn read_ready(&mut self, sock: &mut TcpStream, max_frame: u32, pool: &Pool, out: &mut Vec<InFrame>) -> io::Result<ReadOutcome> {
         let mut budget = 8 * STAGE; // fairness between peers in one round
-        // A short read means the socket is empty: parse what we have and
-        // stop, instead of paying one more read() just to see EAGAIN.
+                                    // A short read means the socket is empty: parse what we have and
+                                    // stop, instead of paying one more read() just to see EAGAIN.
         let mut drained = false;
         loop {
             match self.hdr {
@@ -269,7 +269,14 @@ struct Round {
 }
 
 impl Progress {
-    pub(crate) fn new(me: usize, socks: Vec<Option<TcpStream>>, wake: UnixStream, shared: Arc<Shared>, timing: Timing, pool: Arc<Pool>) -> io::Result<Progress> {
+    pub(crate) fn new(
+        me: usize,
+        socks: Vec<Option<TcpStream>>,
+        wake: UnixStream,
+        shared: Arc<Shared>,
+        timing: Timing,
+        pool: Arc<Pool>,
+    ) -> io::Result<Progress> {
         wake.set_nonblocking(true)?;
         let now = Instant::now();
         let mut peers = Vec::new();

@@ -167,12 +167,7 @@ pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<
 
 /// Runs `master ARGS` against the store node at `store`.
 pub fn master(store: &str, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_master"))
-        .args(args)
-        .env("STORE_ADDR", store)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run master")
+    Command::new(env!("CARGO_BIN_EXE_master")).args(args).env("STORE_ADDR", store).env("RUST_LOG", "warn").output().expect("run master")
 }
 
 /// Runs `master ARGS`, asserts it succeeded, returns its trimmed stdout.
@@ -250,7 +245,10 @@ pub fn run_slaves_with_kill_points(store: &str, n: usize, kills: usize, seed: u6
                 continue;
             };
             let (_, point) = slaves.remove(k);
-            assert!(status.signal() == Some(nix::libc::SIGKILL) && point.is_some(), "a slave (kill point {point:?}) ended on its own: {status}");
+            assert!(
+                status.signal() == Some(nix::libc::SIGKILL) && point.is_some(),
+                "a slave (kill point {point:?}) ended on its own: {status}"
+            );
             fired.extend(point);
             owed += 1;
         }
