@@ -133,7 +133,7 @@ pub struct Prediction {
 /// Compute slow-down with `slaves` slaves and the store on `c`'s cores:
 /// the store's share of the machine is `store_share` times the fraction of
 /// the unshared run (`free`) that transfers keep a core busy (the store's,
-/// and the reads slaves make themselves).
+/// and the reads slaves make beside their kernels: [`kernel_sharing`]).
 fn shared_slowdown(free: &Shape, p: u64, slaves: u64, ov: Overlap, c: SharedCpu, task_cpu: f64) -> f64 {
     kernel_sharing(free, p, slaves, ov, c, task_cpu).slowdown(slaves)
 }
