@@ -167,6 +167,9 @@ pub(crate) struct JobResult {
     pub(crate) kernel_seconds: f64,
     /// Sum over tasks of their threads' wait for a core, seconds.
     pub(crate) core_wait_seconds: f64,
+    /// Sums over tasks of their waits for block reads and small reads.
+    pub(crate) block_wait_seconds: f64,
+    pub(crate) small_wait_seconds: f64,
     pub(crate) failure: Option<String>,
 }
 
@@ -524,6 +527,8 @@ async fn wait_job(client: &Client, id: Uuid, timeout: Duration) -> anyhow::Resul
         task_seconds: done.iter().map(|d| d.compute_ms as f64 / 1e3).sum(),
         kernel_seconds: done.iter().map(|d| d.kernel_us as f64 / 1e6).sum(),
         core_wait_seconds: done.iter().map(|d| d.core_wait_us as f64 / 1e6).sum(),
+        block_wait_seconds: done.iter().map(|d| d.block_wait_us as f64 / 1e6).sum(),
+        small_wait_seconds: done.iter().map(|d| d.small_wait_us as f64 / 1e6).sum(),
         failure,
     })
 }

@@ -289,6 +289,9 @@ struct Point {
     /// wait for a core, seconds (summed over tasks).
     kernels: f64,
     core_wait: f64,
+    /// Of the fastest run: its tasks' waits for block and small reads.
+    block_wait: f64,
+    small_wait: f64,
     /// The same kernels at the rates timed alone (the model's), seconds.
     kernels_alone: f64,
 }
@@ -586,6 +589,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     runs,
                     kernels: r.kernel_seconds,
                     core_wait: r.core_wait_seconds,
+                    block_wait: r.block_wait_seconds,
+                    small_wait: r.small_wait_seconds,
                     kernels_alone: kernels_alone(case.model, case.n, b, &now)?,
                 };
                 eprintln!(
@@ -600,6 +605,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     100.0 * p.thesis_err(),
                     if p.ok { String::new() } else { format!("  JOB {}: {:?}", r.state, r.failure) }
                 );
+                if p.kernels > 0.0 {
+                    eprintln!(
+                        "  its tasks: kernels {:.2} s ({:+.1} % over alone), waiting {:.2} s for a core, {:.2} s for blocks, {:.2} s for small reads",
+                        p.kernels,
+                        100.0 * p.kernel_excess(),
+                        p.core_wait,
+                        p.block_wait,
+                        p.small_wait
+                    );
+                }
                 points.push(p);
             }
             remove_inputs(&cluster, case, b);
@@ -622,7 +637,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                        "thesis_predicted": p.thesis.predicted, "error": p.err(), "thesis_error": p.thesis_err(),
                        "store_cpu": p.store_cpu, "slaves_cpu": p.slaves_cpu, "other_cpu": p.other_cpu, "load": p.load, "ok": p.ok,
                        "runs": p.runs, "spread": p.spread(), "kernels": p.kernels, "kernels_alone": p.kernels_alone,
-                       "core_wait": p.core_wait})
+                       "core_wait": p.core_wait, "block_wait": p.block_wait, "small_wait": p.small_wait})
             })
             .collect();
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;

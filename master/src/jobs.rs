@@ -241,15 +241,26 @@ impl JobStatus {
         self.done.iter().map(|d| d.flops).sum()
     }
 
+    /// Seconds over the committed tasks of one of their records' times.
+    fn sum_seconds(&self, us: impl Fn(&TaskDone) -> u64) -> f64 {
+        self.done.iter().map(|d| us(d) as f64 / 1e6).sum()
+    }
+
     /// Seconds the committed tasks' threads spent in BLAS/LAPACK kernels.
     pub(crate) fn kernel_seconds(&self) -> f64 {
-        self.done.iter().map(|d| d.kernel_us as f64 / 1e6).sum()
+        self.sum_seconds(|d| d.kernel_us)
     }
 
     /// Seconds the committed tasks' threads were runnable but waited for a
     /// core (other threads held them: the store node's, the slaves' I/O).
     pub(crate) fn core_wait_seconds(&self) -> f64 {
-        self.done.iter().map(|d| d.core_wait_us as f64 / 1e6).sum()
+        self.sum_seconds(|d| d.core_wait_us)
+    }
+
+    /// Seconds the committed tasks waited for their block reads, and for
+    /// their small reads (flags, dependency counters).
+    pub(crate) fn read_wait_seconds(&self) -> (f64, f64) {
+        (self.sum_seconds(|d| d.block_wait_us), self.sum_seconds(|d| d.small_wait_us))
     }
 
     /// Tasks whose committed run came after an orphaned one.
@@ -415,6 +426,8 @@ pub(crate) fn print_status(s: &JobStatus, slaves: usize) {
             s.flops_done() / kernels / 1e9,
             s.core_wait_seconds()
         );
+        let (blocks, small) = s.read_wait_seconds();
+        println!("  and waiting for reads: {blocks:.2} s for blocks, {small:.2} s for small objects (flags, dependency counters)");
     }
     println!("  {:<60} {:>6} {:>6} {:>8} {:>8} {:>5}", "bag", "total", "done", "running", "waiting", "dead");
     for b in &s.per_bag {
@@ -493,8 +506,7 @@ mod tests {
         let params = apps::raytrace::RenderParams { level: 0, width: 4, height: n_tasks as u32, grain: 1, samples: 1 };
         let spec = JobSpec::Raytrace { job: Uuid::new_v4(), name: "img".into(), params };
         let record = JobRecord { spec, bags: vec!["b".into()], n_tasks: vec![n_tasks], submitted_ms: 0 };
-        let one =
-            TaskDone { count: 1, flops: 0.0, slave: "s".into(), attempts: 0, finished_ms: 1, compute_ms: 1, kernel_us: 0, core_wait_us: 0 };
+        let one = TaskDone { count: 1, slave: "s".into(), finished_ms: 1, compute_ms: 1, ..TaskDone::default() };
         JobStatus { record, per_bag: vec![], failed: None, finished_ms: finished.then_some(1), done: vec![one; done] }
     }
 

@@ -117,6 +117,7 @@ fn a_job_runs_to_the_end_without_the_cli_and_a_new_cli_sees_it() {
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or_else(|| panic!("no kernel rate in {status}"));
     assert!(in_kernels > 0.0 && in_kernels.is_finite(), "{status}");
+    assert!(status.contains("and waiting for reads:") && status.contains("s for blocks"), "{status}");
     assert!(master_ok(s, &["jobs"]).contains(&job));
 }
 

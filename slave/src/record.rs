@@ -45,7 +45,7 @@ pub struct Failure {
 
 /// One committed task, written in the task's own action: a task committed
 /// twice would show `count: 2`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, Default)]
 pub struct TaskDone {
     pub count: u32,
     pub flops: f64,
@@ -62,6 +62,14 @@ pub struct TaskDone {
     /// ([`crate::core_wait`]).
     #[serde(default)]
     pub core_wait_us: u64,
+    /// Microseconds the task's thread waited for its block reads
+    /// (prefetched or not).
+    #[serde(default)]
+    pub block_wait_us: u64,
+    /// Microseconds it waited for its small reads (flags, a dag's
+    /// dependency counters, whose locks another task's commit may hold).
+    #[serde(default)]
+    pub small_wait_us: u64,
 }
 
 /// How many jobs were ever submitted: each submit adds one in the action

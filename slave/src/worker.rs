@@ -298,6 +298,8 @@ impl Slave {
                     compute_ms: started.elapsed().as_millis() as u64,
                     kernel_us: kernels.as_micros() as u64,
                     core_wait_us: core_wait.as_micros() as u64,
+                    block_wait_us: (waits.prefetched_wait + waits.in_open_wait).as_micros() as u64,
+                    small_wait_us: waits.small_wait.as_micros() as u64,
                 };
                 let key = record::done_key(id, bag_index, task.seq);
                 // One ending at a time: the slave holds at most one task's
