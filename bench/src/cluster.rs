@@ -35,7 +35,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use slave::record::{self, JobRecord, TaskDone};
+use slave::record::{self, JobRecord, TaskDone, TaskTimes};
 use store_client::Client;
 use uuid::Uuid;
 
@@ -163,13 +163,8 @@ pub(crate) struct JobResult {
     pub(crate) duplicates: usize,
     /// Sum over tasks of dequeue-to-commit time, seconds.
     pub(crate) task_seconds: f64,
-    /// Sum over tasks of their threads' time in kernels, seconds.
-    pub(crate) kernel_seconds: f64,
-    /// Sum over tasks of their threads' wait for a core, seconds.
-    pub(crate) core_wait_seconds: f64,
-    /// Sums over tasks of their waits for block reads and small reads.
-    pub(crate) block_wait_seconds: f64,
-    pub(crate) small_wait_seconds: f64,
+    /// Where the tasks' time went (kernels, waits), from their records.
+    pub(crate) times: TaskTimes,
     pub(crate) failure: Option<String>,
 }
 
@@ -525,10 +520,7 @@ async fn wait_job(client: &Client, id: Uuid, timeout: Duration) -> anyhow::Resul
         redone: done.iter().filter(|d| d.attempts > 0).count(),
         duplicates: done.iter().filter(|d| d.count != 1).count(),
         task_seconds: done.iter().map(|d| d.compute_ms as f64 / 1e3).sum(),
-        kernel_seconds: done.iter().map(|d| d.kernel_us as f64 / 1e6).sum(),
-        core_wait_seconds: done.iter().map(|d| d.core_wait_us as f64 / 1e6).sum(),
-        block_wait_seconds: done.iter().map(|d| d.block_wait_us as f64 / 1e6).sum(),
-        small_wait_seconds: done.iter().map(|d| d.small_wait_us as f64 / 1e6).sum(),
+        times: TaskTimes::of(&done),
         failure,
     })
 }

@@ -204,6 +204,34 @@ fn per_cpu_figure(figs: &mut Figs, prefix: &str, m: &Measured, ref_per_cpu: f64)
     ));
 }
 
+/// Runs the same job (`args.n`, `args.block`) in Dask and pushes `name`:
+/// `ours` (GFLOP/s) over Dask's rate, beside Dask's rate and time and the
+/// fact `beside` gives from Dask's rate.
+#[allow(clippy::too_many_arguments)]
+fn push_vs_dask(
+    figs: &mut Figs,
+    name: &str,
+    target: f64,
+    app: App,
+    ours: f64,
+    args: &Args,
+    base: &Path,
+    beside: impl Fn(f64) -> (&'static str, f64),
+) -> anyhow::Result<()> {
+    let (n, b) = (args.n, args.block);
+    let (dgf, ds) = dask(app, n, b, args.threads, base)?;
+    let (fact, value) = beside(dgf);
+    let e = vec![
+        ("n", json!(n)),
+        ("block", json!(b)),
+        ("dask_gflops", json!(round3(dgf))),
+        ("dask_seconds", json!(round3(ds))),
+        (fact, json!(round3(value))),
+    ];
+    figs.push((name.into(), round3(ours / dgf), "ratio", Some(target), e));
+    Ok(())
+}
+
 fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
@@ -456,15 +484,7 @@ fn matmul(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
     }
     drop(c);
     if !args.no_dask {
-        let (dgf, ds) = dask(App::Matmul, n, b, args.threads, base)?;
-        let e = vec![
-            ("n", json!(n)),
-            ("block", json!(b)),
-            ("dask_gflops", json!(round3(dgf))),
-            ("dask_seconds", json!(round3(ds))),
-            ("ours_gflops", json!(round3(gf))),
-        ];
-        figs.push(("ooc_matmul_vs_dask".into(), round3(gf / dgf), "ratio", Some(1.3), e));
+        push_vs_dask(figs, "ooc_matmul_vs_dask", 1.3, App::Matmul, gf, args, base, |_| ("ours_gflops", gf))?;
     }
     Ok(())
 }
@@ -512,15 +532,7 @@ fn cholesky(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
         ],
     ));
     if !args.no_dask {
-        let (dgf, ds) = dask(App::Cholesky, n, b, args.threads, base)?;
-        let e = vec![
-            ("n", json!(n)),
-            ("block", json!(b)),
-            ("dask_gflops", json!(round3(dgf))),
-            ("dask_seconds", json!(round3(ds))),
-            ("dask_vs_incore", json!(round3(dgf / reference))),
-        ];
-        figs.push(("ooc_cholesky_best_vs_dask".into(), round3(bgf / dgf), "ratio", Some(1.0), e));
+        push_vs_dask(figs, "ooc_cholesky_best_vs_dask", 1.0, App::Cholesky, bgf, args, base, |dgf| ("dask_vs_incore", dgf / reference))?;
     }
     Ok(())
 }
@@ -578,15 +590,7 @@ fn lu(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
     }
     drop(c);
     if !args.no_dask {
-        let (dgf, ds) = dask(App::Lu, n, b, args.threads, base)?;
-        let e = vec![
-            ("n", json!(n)),
-            ("block", json!(b)),
-            ("dask_gflops", json!(round3(dgf))),
-            ("dask_seconds", json!(round3(ds))),
-            ("dask_vs_incore", json!(round3(dgf / reference))),
-        ];
-        figs.push(("ooc_lu_pivot_vs_dask".into(), round3(pivot_gf / dgf), "ratio", Some(1.0), e));
+        push_vs_dask(figs, "ooc_lu_pivot_vs_dask", 1.0, App::Lu, pivot_gf, args, base, |dgf| ("dask_vs_incore", dgf / reference))?;
     }
     Ok(())
 }

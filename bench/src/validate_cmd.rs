@@ -116,6 +116,7 @@ use serde_json::json;
 use crate::cluster::{cpu_seconds, Cluster, ClusterConfig, JobResult};
 use crate::params_cmd::{RAY_LEVEL, RAY_SAMPLES};
 use crate::report::Figure;
+use slave::record::TaskTimes;
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -285,13 +286,8 @@ struct Point {
     ok: bool,
     /// Every successful run's seconds, in order (the fastest is `measured`).
     runs: Vec<f64>,
-    /// Of the fastest run: its tasks' time in kernels, and their threads'
-    /// wait for a core, seconds (summed over tasks).
-    kernels: f64,
-    core_wait: f64,
-    /// Of the fastest run: its tasks' waits for block and small reads.
-    block_wait: f64,
-    small_wait: f64,
+    /// Of the fastest run: where its tasks' time went (summed over tasks).
+    times: TaskTimes,
     /// The same kernels at the rates timed alone (the model's), seconds.
     kernels_alone: f64,
 }
@@ -309,10 +305,10 @@ impl Point {
     /// How much longer the job's kernels took than the same kernels timed
     /// alone (0 where the app has none).
     fn kernel_excess(&self) -> f64 {
-        if self.kernels <= 0.0 || self.kernels_alone <= 0.0 {
+        if self.times.kernels <= 0.0 || self.kernels_alone <= 0.0 {
             return 0.0;
         }
-        (self.kernels - self.kernels_alone) / self.kernels_alone
+        (self.times.kernels - self.kernels_alone) / self.kernels_alone
     }
 
     fn err(&self) -> f64 {
@@ -587,10 +583,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     load,
                     ok: r.ok(),
                     runs,
-                    kernels: r.kernel_seconds,
-                    core_wait: r.core_wait_seconds,
-                    block_wait: r.block_wait_seconds,
-                    small_wait: r.small_wait_seconds,
+                    times: r.times,
                     kernels_alone: kernels_alone(case.model, case.n, b, &now)?,
                 };
                 eprintln!(
@@ -605,14 +598,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     100.0 * p.thesis_err(),
                     if p.ok { String::new() } else { format!("  JOB {}: {:?}", r.state, r.failure) }
                 );
-                if p.kernels > 0.0 {
+                if p.times.kernels > 0.0 {
                     eprintln!(
                         "  its tasks: kernels {:.2} s ({:+.1} % over alone), waiting {:.2} s for a core, {:.2} s for blocks, {:.2} s for small reads",
-                        p.kernels,
+                        p.times.kernels,
                         100.0 * p.kernel_excess(),
-                        p.core_wait,
-                        p.block_wait,
-                        p.small_wait
+                        p.times.core_wait,
+                        p.times.block_wait,
+                        p.times.small_wait
                     );
                 }
                 points.push(p);
@@ -636,8 +629,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                        "predicted": p.extended.predicted, "lwr": p.extended.t_s.lwr, "upr": p.extended.t_s.upr,
                        "thesis_predicted": p.thesis.predicted, "error": p.err(), "thesis_error": p.thesis_err(),
                        "store_cpu": p.store_cpu, "slaves_cpu": p.slaves_cpu, "other_cpu": p.other_cpu, "load": p.load, "ok": p.ok,
-                       "runs": p.runs, "spread": p.spread(), "kernels": p.kernels, "kernels_alone": p.kernels_alone,
-                       "core_wait": p.core_wait, "block_wait": p.block_wait, "small_wait": p.small_wait})
+                       "runs": p.runs, "spread": p.spread(), "kernels": p.times.kernels, "kernels_alone": p.kernels_alone,
+                       "core_wait": p.times.core_wait, "block_wait": p.times.block_wait, "small_wait": p.times.small_wait})
             })
             .collect();
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
@@ -718,8 +711,8 @@ fn print_table(points: &[Point]) {
             100.0 * p.slaves_cpu,
             100.0 * p.other_cpu,
             p.load,
-            if p.kernels > 0.0 { format!("{:+.1}%", 100.0 * p.kernel_excess()) } else { "-".into() },
-            if p.kernels > 0.0 { format!("{:.2}s", p.core_wait) } else { "-".into() },
+            if p.times.kernels > 0.0 { format!("{:+.1}%", 100.0 * p.kernel_excess()) } else { "-".into() },
+            if p.times.kernels > 0.0 { format!("{:.2}s", p.times.core_wait) } else { "-".into() },
             if p.ok { "" } else { "  FAILED" }
         );
     }

@@ -213,14 +213,7 @@ async fn run_app(args: &Args, app: &str, client: &Client, slaves: &mut Slaves) -
     if flops > 0.0 {
         println!("  rate              {:.2} GFLOP/s", flops / elapsed / 1e9);
     }
-    let kernels = status.kernel_seconds();
-    if kernels > 0.0 {
-        println!(
-            "  in kernels        {kernels:.2} s of the committed tasks ({:.2} GFLOP/s while in them), {:.2} s waiting for a core",
-            status.flops_done() / kernels / 1e9,
-            status.core_wait_seconds()
-        );
-    }
+    jobs::print_task_times(&status);
     println!("  slaves killed     {kills_done} (SIGKILL), each replaced");
     println!("  tasks redone      {} (their first run was lost with a killed slave)", status.n_redone());
     println!("  tasks committed   {} once each, {} more than once", status.n_done(), status.n_duplicates());

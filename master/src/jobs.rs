@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use apps::job::{output_shapes, plan, AppRequest, CholeskyVariant, JobSpec, LuSchedule};
-use slave::record::{self, Failure, JobRecord, TaskDone};
+use slave::record::{self, Failure, JobRecord, TaskDone, TaskTimes};
 use store_client::Client;
 use uuid::Uuid;
 
@@ -241,26 +241,11 @@ impl JobStatus {
         self.done.iter().map(|d| d.flops).sum()
     }
 
-    /// Seconds over the committed tasks of one of their records' times.
-    fn sum_seconds(&self, us: impl Fn(&TaskDone) -> u64) -> f64 {
-        self.done.iter().map(|d| us(d) as f64 / 1e6).sum()
-    }
-
-    /// Seconds the committed tasks' threads spent in BLAS/LAPACK kernels.
-    pub(crate) fn kernel_seconds(&self) -> f64 {
-        self.sum_seconds(|d| d.kernel_us)
-    }
-
-    /// Seconds the committed tasks' threads were runnable but waited for a
-    /// core (other threads held them: the store node's, the slaves' I/O).
-    pub(crate) fn core_wait_seconds(&self) -> f64 {
-        self.sum_seconds(|d| d.core_wait_us)
-    }
-
-    /// Seconds the committed tasks waited for their block reads, and for
-    /// their small reads (flags, dependency counters).
-    pub(crate) fn read_wait_seconds(&self) -> (f64, f64) {
-        (self.sum_seconds(|d| d.block_wait_us), self.sum_seconds(|d| d.small_wait_us))
+    /// Where the committed tasks' time went: kernels, and waits for a
+    /// core (other threads held them: the store node's, the slaves' I/O),
+    /// for block reads and for small reads.
+    pub(crate) fn task_times(&self) -> TaskTimes {
+        TaskTimes::of(&self.done)
     }
 
     /// Tasks whose committed run came after an orphaned one.
@@ -416,25 +401,33 @@ pub(crate) fn print_status(s: &JobStatus, slaves: usize) {
         left,
         slaves
     );
-    let kernels = s.kernel_seconds();
-    if kernels > 0.0 {
-        // Where the tasks' time went: against the kernels' rate alone
-        // (`bench params`), a low rate here means the cores were shared.
-        println!(
-            "  committed tasks: {:.2} s in kernels ({:.2} GFLOP/s while in them), {:.2} s runnable but waiting for a core",
-            kernels,
-            s.flops_done() / kernels / 1e9,
-            s.core_wait_seconds()
-        );
-        let (blocks, small) = s.read_wait_seconds();
-        println!("  and waiting for reads: {blocks:.2} s for blocks, {small:.2} s for small objects (flags, dependency counters)");
-    }
+    print_task_times(s);
     println!("  {:<60} {:>6} {:>6} {:>8} {:>8} {:>5}", "bag", "total", "done", "running", "waiting", "dead");
     for b in &s.per_bag {
         println!("  {:<60} {:>6} {:>6} {:>8} {:>8} {:>5}", b.name, b.total, b.done, b.running, b.waiting, b.dead);
     }
     if s.state() == "failed" {
         println!("  {}", failure_line(s));
+    }
+}
+
+/// Where the committed tasks' time went, if their records say (slaves
+/// before the records kept it leave nothing to print). Against the
+/// kernels' rate alone (`bench params`), a low rate here means the cores
+/// were shared.
+pub(crate) fn print_task_times(s: &JobStatus) {
+    let t = s.task_times();
+    if t.kernels > 0.0 {
+        println!(
+            "  committed tasks: {:.2} s in kernels ({:.2} GFLOP/s while in them), {:.2} s runnable but waiting for a core",
+            t.kernels,
+            s.flops_done() / t.kernels / 1e9,
+            t.core_wait
+        );
+        println!(
+            "  and waiting for reads: {:.2} s for blocks, {:.2} s for small objects (flags, dependency counters)",
+            t.block_wait, t.small_wait
+        );
     }
 }
 

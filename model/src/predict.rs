@@ -133,29 +133,9 @@ pub struct Prediction {
 /// Compute slow-down with `slaves` slaves and the store on `c`'s cores:
 /// the store's share of the machine is `store_share` times the fraction of
 /// the unshared run (`free`) that transfers keep a core busy (the store's,
-/// and the reads slaves make beside their kernels: [`kernel_sharing`]).
+/// and the reads slaves make beside their kernels: [`Sharing::kernels`]).
 fn shared_slowdown(free: &Shape, p: u64, slaves: u64, ov: Overlap, c: SharedCpu, task_cpu: f64) -> f64 {
-    kernel_sharing(free, p, slaves, ov, c, task_cpu).slowdown(slaves)
-}
-
-/// The machine as the slaves' kernels share it: as [`sharing`] has it, less
-/// the reads the slaves wait for. A read that no spare core hides runs
-/// while its slave's kernel waits for it, so it takes a core from no
-/// kernel (with two slaves on two cores, one reads while the other
-/// computes); only the store and the reads that run beside a kernel do.
-/// (Each task records its kernel time since 2026-11-26. n = 4096, two
-/// slaves on two cores, the job's kernels took 15.6, 8.1 and 6.0 % longer
-/// than alone for matmul at b = 256, 512, 1024, where the slow-down with
-/// every read as load was 31, 20 and 14 %: matmul reads 32 blocks a task
-/// and was predicted 18–21 % long at b = 256 in three grids. Cholesky's
-/// and LU's, whose reads are few, 22–40 % at b ≤ 512, where it was
-/// 27–46 %.)
-fn kernel_sharing(free: &Shape, p: u64, slaves: u64, ov: Overlap, c: SharedCpu, task_cpu: f64) -> SharedCpu {
-    let all = sharing(free, p, slaves, ov, c, task_cpu);
-    let t = free.bounds(p, slaves, ov).lwr;
-    let waited_for = free.slave_transfers() * (1.0 - all.spare_core(slaves));
-    let busy = if t > 0.0 { ((free.transfer_cpu(ov) - waited_for + task_cpu) / t).clamp(0.0, 1.0) } else { 0.0 };
-    SharedCpu { store_share: c.store_share * busy, ..c }
+    sharing(free, p, slaves, ov, c, task_cpu).kernels.slowdown(slaves)
 }
 
 /// Each step at the slow-down it runs at: `many`'s (the cores shared by
@@ -166,14 +146,40 @@ fn as_shared<'a>(many: &'a [Step], one: &'a [Step]) -> impl Iterator<Item = &'a 
     many.iter().zip(one).map(|(m, o)| if m.n_tasks() == 1 { o } else { m })
 }
 
-/// The machine as `slaves` slaves share it: the store's cores scaled by
-/// the fraction of the run it is busy, with its transfers and with
-/// `task_cpu`, the CPU of every task's requests (`Params::store_cpu_per_task`
-/// times the tasks).
-fn sharing(free: &Shape, p: u64, slaves: u64, ov: Overlap, c: SharedCpu, task_cpu: f64) -> SharedCpu {
+/// The machine as `slaves` slaves share it, seen two ways.
+#[derive(Clone, Copy)]
+struct Sharing {
+    /// Every transfer as load: the store's cores scaled by the fraction of
+    /// the run it is busy, with its transfers, the slaves' reads and
+    /// `task_cpu`, the CPU of every task's requests
+    /// (`Params::store_cpu_per_task` and `slave_cpu_per_task` times the
+    /// tasks). What is left of a core hides reads
+    /// ([`SharedCpu::spare_core`]).
+    all: SharedCpu,
+    /// As the slaves' kernels share it: less the reads the slaves wait
+    /// for. A read that no spare core hides runs while its slave's kernel
+    /// waits for it, so it takes a core from no kernel (with two slaves on
+    /// two cores, one reads while the other computes); only the store and
+    /// the reads that run beside a kernel do. (Each task records its
+    /// kernel time since 2026-11-26. n = 4096, two slaves on two cores,
+    /// the job's kernels took 15.6, 8.1 and 6.0 % longer than alone for
+    /// matmul at b = 256, 512, 1024, where the slow-down with every read as
+    /// load was 31, 20 and 14 %: matmul reads 32 blocks a task and was
+    /// predicted 18–21 % long at b = 256 in three grids. Cholesky's and
+    /// LU's, whose reads are few, 22–40 % at b ≤ 512, where it was
+    /// 27–46 %.)
+    kernels: SharedCpu,
+}
+
+fn sharing(free: &Shape, p: u64, slaves: u64, ov: Overlap, c: SharedCpu, task_cpu: f64) -> Sharing {
     let t = free.bounds(p, slaves, ov).lwr;
-    let busy = if t > 0.0 { ((free.transfer_cpu(ov) + task_cpu) / t).clamp(0.0, 1.0) } else { 0.0 };
-    SharedCpu { store_share: c.store_share * busy, ..c }
+    let share = |cpu: f64| {
+        let busy = if t > 0.0 { (cpu / t).clamp(0.0, 1.0) } else { 0.0 };
+        SharedCpu { store_share: c.store_share * busy, ..c }
+    };
+    let all = share(free.transfer_cpu(ov) + task_cpu);
+    let waited_for = free.slave_transfers() * (1.0 - all.spare_core(slaves));
+    Sharing { all, kernels: share(free.transfer_cpu(ov) - waited_for + task_cpu) }
 }
 
 enum Shape {
@@ -438,7 +444,8 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
     // are short, took 22-40 % longer than alone, matmul's 6-16 %.)
     let per_task = params.store_cpu_per_task.unwrap_or(0.0).max(0.0) + params.slave_cpu_per_task.unwrap_or(0.0).max(0.0);
     let task_cpu = free.n_tasks() as f64 * per_task;
-    let shared = options.shared_cpu.map(|c| (shared_slowdown(&free, p, 1, ov, c, task_cpu), shared_slowdown(&free, p, s, ov, c, task_cpu)));
+    let machine = options.shared_cpu.map(|c| sharing(&free, p, s, ov, c, task_cpu));
+    let shared = options.shared_cpu.zip(machine).map(|(c, m)| (shared_slowdown(&free, p, 1, ov, c, task_cpu), m.kernels.slowdown(s)));
     let slowdown = |k: u64| match shared {
         Some((one, many)) => {
             if k == 1 {
@@ -456,12 +463,10 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
     // side, at b = 1024 mostly wait on each other's commits).
     // The slow-down of a simulated task while `k` slaves compute at once
     // (the dag's and the barrier steps' simulations below).
-    let machine = options.shared_cpu.map(|c| sharing(&free, p, s, ov, c, task_cpu));
-    let kernels_machine = options.shared_cpu.map(|c| kernel_sharing(&free, p, s, ov, c, task_cpu));
-    let computing_slowdown = |k: u64| kernels_machine.map_or(1.0, |c| c.slowdown(k.max(1)));
+    let computing_slowdown = |k: u64| machine.map_or(1.0, |m| m.kernels.slowdown(k.max(1)));
     // From here on, the reads a slave hides are those a spare core lets it
     // hide (the store's share above was found with all of them hidden).
-    let ov = Overlap { slave_share: ov.slave_share * machine.map_or(1.0, |c| c.spare_core(s)), ..ov };
+    let ov = Overlap { slave_share: ov.slave_share * machine.map_or(1.0, |m| m.all.spare_core(s)), ..ov };
     let dag_run = match &free {
         Shape::Graph(t, _, Variant::Dag, _) if options.simulate_dag => {
             let o = dag_overhead(params, start_behind(app, params, n, b, options), measured_ending(app, params, n, b, options));
@@ -784,8 +789,7 @@ mod tests {
         assert!(reads > 0.0, "the test needs reads at the slaves");
         for s in [1, 2] {
             let t = free.bounds(p, s, ov).lwr;
-            let all = sharing(&free, p, s, ov, machine, 0.0);
-            let kernels = kernel_sharing(&free, p, s, ov, machine, 0.0);
+            let Sharing { all, kernels } = sharing(&free, p, s, ov, machine, 0.0);
             let hidden = all.spare_core(s);
             let want = ((free.store_busy(ov) + hidden * reads) / t).clamp(0.0, 1.0);
             assert!((kernels.store_share - want).abs() < 1e-12, "s = {s}: {} vs {want}", kernels.store_share);

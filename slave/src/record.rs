@@ -72,6 +72,27 @@ pub struct TaskDone {
     pub small_wait_us: u64,
 }
 
+/// Where committed tasks' time went, summed over their records, seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TaskTimes {
+    pub kernels: f64,
+    pub core_wait: f64,
+    pub block_wait: f64,
+    pub small_wait: f64,
+}
+
+impl TaskTimes {
+    pub fn of<'a>(done: impl IntoIterator<Item = &'a TaskDone>) -> TaskTimes {
+        let s = |us: u64| us as f64 / 1e6;
+        done.into_iter().fold(TaskTimes::default(), |t, d| TaskTimes {
+            kernels: t.kernels + s(d.kernel_us),
+            core_wait: t.core_wait + s(d.core_wait_us),
+            block_wait: t.block_wait + s(d.block_wait_us),
+            small_wait: t.small_wait + s(d.small_wait_us),
+        })
+    }
+}
+
 /// How many jobs were ever submitted: each submit adds one in the action
 /// that writes its record, so an idle slave that sees it change knows a
 /// new job is there to scan for (one cheap read, not two scans, per look).
@@ -107,4 +128,18 @@ pub fn done_key(id: Uuid, bag_index: usize, seq: u64) -> String {
 
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_times_sum_the_records_and_read_old_ones_as_zero() {
+        let a = TaskDone { kernel_us: 1_500_000, core_wait_us: 250_000, block_wait_us: 10, small_wait_us: 20, ..TaskDone::default() };
+        let old: TaskDone =
+            serde_json::from_str(r#"{"count":1,"flops":2.0,"slave":"s","attempts":0,"finished_ms":1,"compute_ms":3}"#).unwrap();
+        let t = TaskTimes::of([&a, &old, &a]);
+        assert_eq!(t, TaskTimes { kernels: 3.0, core_wait: 0.5, block_wait: 20e-6, small_wait: 40e-6 });
+    }
 }

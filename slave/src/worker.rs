@@ -251,6 +251,9 @@ impl Slave {
             };
             let tries = task.attempts + task.returns;
             apps::kernels::take_kernel_time();
+            // Two reads of a /proc file per task (some µs each, against a
+            // task's milliseconds); the thread is the blocking pool's, a
+            // different one from task to task, so nothing is kept open.
             let sched = ThreadSched::now();
             let outcome = run_task(&spec, &task.payload, tries, &mut ctx);
             let kernels = apps::kernels::take_kernel_time();
