@@ -31,13 +31,16 @@
 //!   (`Options::simulate_dag`), and the other apps' is each barrier step's
 //!   tasks list-scheduled on the slaves (`Options::simulate_steps`).
 //!
-//! Around each block size's runs (before, between the one- and two-slave
-//! runs, after) the rates its work runs at are measured again with `bench
+//! The grid runs in passes (`--repeat`), every point once per pass, and a
+//! point's fastest run counts: its runs are minutes apart, so that a slow
+//! spell of the host that outlasts one point does not set all of them.
+//! Before each point's runs in every pass, and once more after the last
+//! pass, the rates its work runs at are measured again with `bench
 //! params`' own code (the ray rate; the kernels at the point's block size;
 //! the per-task overhead, wake-up and dag release, and a task's ending and
 //! a start behind it at the point's block size, through the cluster's own
 //! node), since this host's rates drift between runs, and each rate is
-//! taken at the median of its three timings; everything else comes from
+//! taken at the median of its timings; everything else comes from
 //! the parameter file. The inputs are synced
 //! to the disk first, so that neither that measure nor the first run pays
 //! their writeback. (Re-measuring the puts
@@ -147,11 +150,22 @@ pub(crate) struct Args {
     /// Write every grid point as JSON here too.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Runs of each grid point; the fastest counts. Other work on a shared
-    /// machine only ever slows a job down: one run of the grid moved single
-    /// points by up to 25 % against another (default 2, quick 1).
+    /// Passes over the grid, each running every point once; a point's
+    /// fastest run counts. Other work on a shared machine only ever slows
+    /// a job down: one run of the grid moved single points by up to 25 %
+    /// against another (default 2, quick 1).
     #[arg(long)]
     repeat: Option<usize>,
+}
+
+/// A grid point's runs with `slaves` slaves: the fastest (with the CPU
+/// its processes used), every successful run's seconds, and the load
+/// average before the first.
+struct Measured {
+    slaves: u64,
+    best: (JobResult, JobCpu),
+    runs: Vec<f64>,
+    load: f64,
 }
 
 /// One application's part of the grid.
@@ -499,31 +513,37 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 
     let started = Instant::now();
     let mut cluster = Cluster::start(ClusterConfig { slaves: 1, ..ClusterConfig::default() })?;
-    let mut points = Vec::new();
-    for case in &cases {
-        for &b in &case.blocks {
-            create_inputs(&cluster, case, b)?;
-            // The inputs (and the last point's outputs) written back before
-            // anything is timed: their writeback kept the disk busy for
-            // seconds, and a task's ending measured through it read 10.3 ms
-            // at b = 1024 where the parameter file says 3.9.
-            // SAFETY: sync(2) takes no arguments and cannot fail.
-            unsafe { libc::sync() };
-            // This host's rates drift: the ray rate by a quarter within
-            // twenty minutes (571k pixel/s in `bench params`, 444k later),
-            // dgemm at b = 256 by a tenth (42.9 and 47.0 Gflop/s in two
-            // `bench params` runs 25 minutes apart). So each point takes
-            // the rates its work runs at, measured now by `bench params`'
-            // own code: the ray rate at this image's size, the kernels at
-            // this block size (over the file's points of that size). The
-            // points then test the model, not the host's drift.
-            // Timed before, between and after the runs (quick: before only).
-            let mut timings = vec![rates_now(&cluster, case, b, &params, args.quick)?];
-            let mut measured = Vec::new();
+    let grid_points: Vec<(&Case, u64)> = cases.iter().flat_map(|c| c.blocks.iter().map(move |&b| (c, b))).collect();
+    for &(case, b) in &grid_points {
+        create_inputs(&cluster, case, b)?;
+    }
+    // The inputs written back before anything is timed: their writeback
+    // kept the disk busy for seconds, and a task's ending measured through
+    // it read 10.3 ms at b = 1024 where the parameter file says 3.9.
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+    // The grid runs in passes, each point once per pass, and a point's
+    // fastest run counts: its runs are minutes apart, not back to back.
+    // Run back to back, all three runs of the two-slave Cholesky at
+    // b = 256 took 0.68-0.71 s in one grid and 0.54-0.56 s in the next,
+    // a quarter of an hour later: a slow spell of the host lasts longer
+    // than one point.
+    let repeat = args.repeat.unwrap_or(if args.quick { 1 } else { 2 }).max(1);
+    // This host's rates drift: the ray rate by a quarter within twenty
+    // minutes (571k pixel/s in `bench params`, 444k later), dgemm at
+    // b = 256 by a tenth (42.9 and 47.0 Gflop/s in two `bench params` runs
+    // 25 minutes apart). So each point takes the rates its work runs at,
+    // measured by `bench params`' own code: the ray rate at this image's
+    // size, the kernels at this block size (over the file's points of that
+    // size), timed before the point's runs in every pass and once after
+    // the last (quick: once). The points then test the model, not the
+    // host's drift.
+    let mut timings: Vec<Vec<Params>> = vec![Vec::new(); grid_points.len()];
+    let mut measured: Vec<Vec<Measured>> = grid_points.iter().map(|_| Vec::new()).collect();
+    for pass in 0..repeat {
+        for (k, &(case, b)) in grid_points.iter().enumerate() {
+            timings[k].push(rates_now(&cluster, case, b, &params, args.quick)?);
             for s in [1u64, 2] {
-                if s == 2 && !args.quick {
-                    timings.push(rates_now(&cluster, case, b, &params, args.quick)?);
-                }
                 while (cluster.slave_pids().len() as u64) < s {
                     cluster.spawn_slave()?;
                 }
@@ -531,87 +551,87 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     cluster.kill_slave(cluster.slave_pids().len() - 1)?;
                 }
                 let load = load_average();
-                let repeat = args.repeat.unwrap_or(if args.quick { 1 } else { 2 }).max(1);
-                let mut best: Option<(JobResult, JobCpu)> = None;
-                let mut runs = Vec::with_capacity(repeat);
-                for k in 0..repeat {
-                    let run = run_one(&cluster, case, b, s, k, args.verify)?;
-                    if run.0.ok() {
-                        runs.push(run.0.seconds);
-                    }
-                    if best.as_ref().is_none_or(|b| !b.0.ok() || (run.0.ok() && run.0.seconds < b.0.seconds)) {
-                        best = Some(run);
+                let run = run_one(&cluster, case, b, s, pass, args.verify)?;
+                eprintln!("pass {}/{repeat}: {:<9} b={b:<5} s={s}: {:.2} s", pass + 1, case.app, run.0.seconds);
+                let runs = if run.0.ok() { vec![run.0.seconds] } else { Vec::new() };
+                match measured[k].iter_mut().find(|m| m.slaves == s) {
+                    None => measured[k].push(Measured { slaves: s, best: run, runs, load }),
+                    Some(m) => {
+                        m.runs.extend(runs);
+                        let best = &m.best.0;
+                        if !best.ok() || (run.0.ok() && run.0.seconds < best.seconds) {
+                            m.best = run;
+                        }
                     }
                 }
-                measured.push((s, best.expect("at least one run"), runs, load));
             }
-            // Each rate at the median of its three timings: one timing
-            // before the runs, disturbed by the host, set a matmul point's
-            // dgemm at 41.8 Gflop/s where the parameter file and the job ran
-            // at 48 (the point missed by 16 %), a ray rate of 472k pixel/s
-            // another's by 22 %. The faster of two timings over-corrected:
-            // long jobs run at a sustained rate below a short burst's.
-            if !args.quick {
-                timings.push(rates_now(&cluster, case, b, &params, args.quick)?);
-            }
-            let now = typical_rates(&timings);
-            let (thesis_p, ext_p) = (thesis_params(&now), warm(&now));
-            for (s, (r, cpu), runs, load) in measured {
-                let thesis = predict(case.model, case.n, b, &thesis_p, &thesis_opts(s))?;
-                let extended = predict(case.model, case.n, b, &ext_p, &ext_opts_for(case.model, s))?;
-                // What each timing alone predicts: how much a point's error
-                // owes to when its rates were timed.
-                if timings.len() > 1 {
-                    let mut alone = Vec::new();
-                    for rates in &timings {
-                        let t = predict(case.model, case.n, b, &warm(rates), &ext_opts_for(case.model, s))?.predicted;
-                        alone.push(format!("{t:.2} s ({:+.1} %)", 100.0 * (t - r.seconds) / r.seconds));
-                    }
-                    eprintln!("  each timing of the rates alone (before, between, after the runs): {}", alone.join(", "));
-                }
-                let p = Point {
-                    app: case.app,
-                    n: case.n,
-                    b,
-                    slaves: s,
-                    measured: r.seconds,
-                    thesis,
-                    extended,
-                    store_cpu: cpu.store / r.seconds.max(1e-9),
-                    slaves_cpu: cpu.slaves / r.seconds.max(1e-9),
-                    other_cpu: cpu.other / r.seconds.max(1e-9),
-                    load,
-                    ok: r.ok(),
-                    runs,
-                    times: r.times,
-                    kernels_alone: kernels_alone(case.model, case.n, b, &now)?,
-                };
-                eprintln!(
-                    "{:<9} n={:<5} b={:<5} s={s}: measured {:>7.2} s, predicted {:>7.2} s ({:+.1} %), thesis model {:>7.2} s ({:+.1} %){}",
-                    p.app,
-                    p.n,
-                    b,
-                    p.measured,
-                    p.extended.predicted,
-                    100.0 * p.err(),
-                    p.thesis.predicted,
-                    100.0 * p.thesis_err(),
-                    if p.ok { String::new() } else { format!("  JOB {}: {:?}", r.state, r.failure) }
-                );
-                if p.times.kernels > 0.0 {
-                    eprintln!(
-                        "  its tasks: kernels {:.2} s ({:+.1} % over alone), waiting {:.2} s for a core, {:.2} s for blocks, {:.2} s for small reads",
-                        p.times.kernels,
-                        100.0 * p.kernel_excess(),
-                        p.times.core_wait,
-                        p.times.block_wait,
-                        p.times.small_wait
-                    );
-                }
-                points.push(p);
-            }
-            remove_inputs(&cluster, case, b);
         }
+    }
+    let mut points = Vec::new();
+    for (k, &(case, b)) in grid_points.iter().enumerate() {
+        let mut timings = std::mem::take(&mut timings[k]);
+        if !args.quick {
+            timings.push(rates_now(&cluster, case, b, &params, args.quick)?);
+        }
+        let now = typical_rates(&timings);
+        let (thesis_p, ext_p) = (thesis_params(&now), warm(&now));
+        for Measured { slaves: s, best: (r, cpu), runs, load } in std::mem::take(&mut measured[k]) {
+            let thesis = predict(case.model, case.n, b, &thesis_p, &thesis_opts(s))?;
+            let extended = predict(case.model, case.n, b, &ext_p, &ext_opts_for(case.model, s))?;
+            // What each timing alone predicts: how much a point's error
+            // owes to when its rates were timed.
+            if timings.len() > 1 {
+                let mut alone = Vec::new();
+                for rates in &timings {
+                    let t = predict(case.model, case.n, b, &warm(rates), &ext_opts_for(case.model, s))?.predicted;
+                    alone.push(format!("{t:.2} s ({:+.1} %)", 100.0 * (t - r.seconds) / r.seconds));
+                }
+                eprintln!("  each timing of the rates alone (before the runs of each pass, after the last): {}", alone.join(", "));
+            }
+            let p = Point {
+                app: case.app,
+                n: case.n,
+                b,
+                slaves: s,
+                measured: r.seconds,
+                thesis,
+                extended,
+                store_cpu: cpu.store / r.seconds.max(1e-9),
+                slaves_cpu: cpu.slaves / r.seconds.max(1e-9),
+                other_cpu: cpu.other / r.seconds.max(1e-9),
+                load,
+                ok: r.ok(),
+                runs,
+                times: r.times,
+                kernels_alone: kernels_alone(case.model, case.n, b, &now)?,
+            };
+            eprintln!(
+                "{:<9} n={:<5} b={:<5} s={s}: measured {:>7.2} s, predicted {:>7.2} s ({:+.1} %), thesis model {:>7.2} s ({:+.1} %){}",
+                p.app,
+                p.n,
+                b,
+                p.measured,
+                p.extended.predicted,
+                100.0 * p.err(),
+                p.thesis.predicted,
+                100.0 * p.thesis_err(),
+                if p.ok { String::new() } else { format!("  JOB {}: {:?}", r.state, r.failure) }
+            );
+            if p.times.kernels > 0.0 {
+                eprintln!(
+                    "  its tasks: kernels {:.2} s ({:+.1} % over alone), waiting {:.2} s for a core, {:.2} s for blocks, {:.2} s for small reads",
+                    p.times.kernels,
+                    100.0 * p.kernel_excess(),
+                    p.times.core_wait,
+                    p.times.block_wait,
+                    p.times.small_wait
+                );
+            }
+            points.push(p);
+        }
+    }
+    for &(case, b) in &grid_points {
+        remove_inputs(&cluster, case, b);
     }
     drop(cluster);
     let wall = started.elapsed().as_secs_f64();
