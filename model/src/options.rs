@@ -110,12 +110,14 @@ pub struct Options {
     /// block of each pair: 0.5 ([`crate::ONE_BLOCK_AHEAD_OF_PAIRS`]).
     #[serde(default = "full_overlap")]
     pub slave_overlap_share: f64,
-    /// With `slave_overlap`: bytes of blocks the slave fetches ahead, at
-    /// least one block (extension; 0: one block, whatever its size). When
-    /// that is two blocks or more, the second block of a pair is fetched
-    /// while the first pair computes, and every read can overlap: the
-    /// share is 1 at those block sizes ([`Options::overlap_share_for`]).
-    /// This implementation's slave: [`crate::SLAVE_PREFETCH_BYTES`].
+    /// With `slave_overlap`: bytes of blocks the slave fetches ahead
+    /// (extension; 0: one block, whatever its size): as many blocks as
+    /// fit, and two of blocks no larger than it, one of larger ones
+    /// ([`Options::blocks_ahead`]). Two blocks or more ahead, the second
+    /// block of a pair is fetched while the first pair computes, and every
+    /// read can overlap: the share is 1 at those block sizes
+    /// ([`Options::overlap_share_for`]). This implementation's slave:
+    /// [`crate::SLAVE_PREFETCH_BYTES`].
     #[serde(default)]
     pub slave_prefetch_bytes: f64,
     /// With `slave_overlap`: the slave prefetches only the blocks of the
@@ -226,14 +228,27 @@ impl Options {
     }
 
     /// The share of a slave's reads that overlap its compute with blocks
-    /// of `b`×`b`: 1 when [`Options::slave_prefetch_bytes`] holds two such
-    /// blocks or more, else [`Options::slave_overlap_share`].
+    /// of `b`×`b`: 1 when it fetches two such blocks ahead or more
+    /// ([`Options::blocks_ahead`]), else [`Options::slave_overlap_share`].
     pub fn overlap_share_for(&self, b: u64) -> f64 {
-        let block_bytes = crate::ELEMENT_BYTES * (b * b) as f64;
-        if self.slave_prefetch_bytes >= 2.0 * block_bytes {
+        if self.blocks_ahead(b) >= 2 {
             1.0
         } else {
             self.slave_overlap_share
+        }
+    }
+
+    /// Blocks of `b`×`b` a slave fetches ahead of its task's reads with
+    /// [`Options::slave_prefetch_bytes`]: as many as fit, and at least two
+    /// of blocks that fit at all (a pair's second read hidden as well as
+    /// its first, for one block of memory no larger than the budget), one
+    /// of larger blocks. `slave::ctx` follows the same rule.
+    pub fn blocks_ahead(&self, b: u64) -> u64 {
+        let block_bytes = crate::ELEMENT_BYTES * (b * b) as f64;
+        if block_bytes <= 0.0 || block_bytes > self.slave_prefetch_bytes {
+            1
+        } else {
+            ((self.slave_prefetch_bytes / block_bytes).floor() as u64).max(2)
         }
     }
 }

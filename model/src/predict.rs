@@ -397,13 +397,14 @@ impl Shape {
     }
 }
 
-/// Bytes a slave's prefetch budget holds beyond the one block ahead the
-/// apps' memory formulas count (extension: small blocks go several ahead).
+/// Bytes of the blocks a slave fetches ahead beyond the one block ahead
+/// the apps' memory formulas count (extension: small blocks go several
+/// ahead, [`Options::blocks_ahead`]).
 fn prefetched_beyond_one_block(app: App, b: u64, options: &Options) -> f64 {
     if !options.slave_overlap || app == App::Raytrace {
         return 0.0;
     }
-    (options.slave_prefetch_bytes - crate::ELEMENT_BYTES * (b * b) as f64).max(0.0)
+    (options.blocks_ahead(b) - 1) as f64 * crate::ELEMENT_BYTES * (b * b) as f64
 }
 
 /// Predicts a run of `app` on an `n`-sized problem with blocks (or grains)
@@ -807,18 +808,21 @@ mod tests {
         let params = Params::thesis_fast();
         let one_ahead = Options { slave_overlap: true, slave_overlap_share: crate::ONE_BLOCK_AHEAD_OF_PAIRS, ..Options::with_slaves(2) };
         let budget = Options { slave_prefetch_bytes: crate::SLAVE_PREFETCH_BYTES, ..one_ahead.clone() };
-        // 2 MiB holds four 256² blocks, one 512² block.
+        // 2 MiB holds four 256² blocks, one 512² block (two go ahead: a
+        // pair), no 513² block.
+        assert_eq!((budget.blocks_ahead(256), budget.blocks_ahead(363), budget.blocks_ahead(512)), (4, 2, 2));
+        assert_eq!((budget.blocks_ahead(513), budget.blocks_ahead(2048)), (1, 1));
         assert_eq!(budget.overlap_share_for(256), 1.0);
-        assert_eq!(budget.overlap_share_for(362), 1.0);
-        assert_eq!(budget.overlap_share_for(363), crate::ONE_BLOCK_AHEAD_OF_PAIRS);
-        assert_eq!(budget.overlap_share_for(512), crate::ONE_BLOCK_AHEAD_OF_PAIRS);
+        assert_eq!(budget.overlap_share_for(512), 1.0);
+        assert_eq!(budget.overlap_share_for(513), crate::ONE_BLOCK_AHEAD_OF_PAIRS);
         assert_eq!(one_ahead.overlap_share_for(256), crate::ONE_BLOCK_AHEAD_OF_PAIRS);
+        assert_eq!(one_ahead.blocks_ahead(256), 1);
         for app in [App::Matmul, App::Lu { pivot: false }] {
             let small = |o: &Options| predict(app, 4096, 256, &params, o).unwrap();
             assert!(small(&budget).predicted < small(&one_ahead).predicted, "{app:?}: hiding more reads is faster");
             let p = small(&budget);
             assert!((p.recovery.average - p.t1 / (2.0 * p.volumes.n_tasks as f64)).abs() < 1e-9 * p.t1, "{app:?}: one task held");
-            let large = |o: &Options| predict(app, 4096, 512, &params, o).unwrap().predicted;
+            let large = |o: &Options| predict(app, 4096, 1024, &params, o).unwrap().predicted;
             assert_eq!(large(&budget), large(&one_ahead));
         }
     }

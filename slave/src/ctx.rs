@@ -15,9 +15,10 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 /// Bytes of blocks fetched (or written behind) ahead of the task, and at
-/// least one block. One block of 2 MiB or more: the slave holds at most
-/// four blocks (a matmul's accumulator, the current pair, the next block),
-/// the memory bound. A local get (the node passes the version
+/// least one block, two of blocks up to this size
+/// ([`LargestBlock::blocks_ahead`]). One block of more than 2 MiB: the
+/// slave holds at most four blocks (a matmul's accumulator, the current
+/// pair, the next block), the memory bound. A local get (the node passes the version
 /// file; the slave reads it) takes about 10 ms for 32 MiB against 300 ms
 /// of dgemm per pair, so one block ahead hides every transfer but the
 /// first of each pair. Smaller blocks go several ahead: a 512 KiB get in a
@@ -26,6 +27,15 @@ use uuid::Uuid;
 /// last task's put was in flight) waited for its whole get (LU, n = 4096,
 /// b = 256, one slave: 0.41 s of 1.77 waiting for reads).
 pub(crate) const PREFETCH_BYTES: usize = 2 << 20;
+
+/// See [`LargestBlock::blocks_ahead`].
+fn blocks_ahead(largest: usize) -> usize {
+    match largest {
+        0 => 1,
+        b if b <= PREFETCH_BYTES => (PREFETCH_BYTES / b).max(2),
+        _ => 1,
+    }
+}
 
 /// Longest pause between two polls of a flag that no running task
 /// produces ([`TaskCtx::await_flag`]); it is looked for again once the
@@ -119,9 +129,13 @@ impl LargestBlock {
     }
 
     /// Blocks the prefetch budget allows ahead: [`PREFETCH_BYTES`] of the
-    /// largest block moved, one before any.
+    /// largest block moved, and two of blocks no larger than it (one
+    /// ahead, the second block of every pair waited for its whole get:
+    /// LU n = 8192, b = 512, one slave, 0.9–1.04 s of a 9.5–10.0 s run
+    /// waiting for reads, 0.47–0.51 s of 9.27–9.48 two ahead); one of
+    /// larger blocks, or before any. (`model::Options::blocks_ahead`.)
     fn blocks_ahead(&self) -> usize {
-        PREFETCH_BYTES.checked_div(self.0.load(Ordering::Relaxed)).map_or(1, |n| n.max(1))
+        blocks_ahead(self.0.load(Ordering::Relaxed))
     }
 }
 
@@ -424,6 +438,10 @@ mod tests {
     #[test]
     fn the_model_knows_the_prefetch_budget() {
         assert_eq!(super::PREFETCH_BYTES as f64, model::SLAVE_PREFETCH_BYTES);
+        let model = model::Options { slave_prefetch_bytes: model::SLAVE_PREFETCH_BYTES, ..model::Options::default() };
+        for b in [16usize, 100, 256, 300, 362, 363, 512, 513, 1024, 2048] {
+            assert_eq!(super::blocks_ahead(8 * b * b) as u64, model.blocks_ahead(b as u64), "b = {b}");
+        }
     }
 
     /// The first block read's wait is kept apart, whichever kind it was.
