@@ -573,6 +573,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         if !args.quick {
             timings.push(rates_now(&cluster, case, b, &params, args.quick)?);
         }
+        // Each rate at the median of its timings: one timing before the
+        // runs, disturbed by the host, set a matmul point's dgemm at 41.8
+        // Gflop/s where the parameter file and the job ran at 48 (the
+        // point missed by 16 %), a ray rate of 472k pixel/s another's by
+        // 22 %. The faster of two timings over-corrected: long jobs run at
+        // a sustained rate below a short burst's.
         let now = typical_rates(&timings);
         let (thesis_p, ext_p) = (thesis_params(&now), warm(&now));
         for Measured { slaves: s, best: (r, cpu), runs, load } in std::mem::take(&mut measured[k]) {
