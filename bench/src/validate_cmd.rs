@@ -625,12 +625,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             );
             if p.times.kernels > 0.0 {
                 eprintln!(
-                    "  its tasks: kernels {:.2} s ({:+.1} % over alone), waiting {:.2} s for a core, {:.2} s for blocks, {:.2} s for small reads",
+                    "  its tasks: kernels {:.2} s ({:+.1} % over alone), waiting {:.2} s for a core, {:.2} s for blocks, {:.2} s for small reads, {:.2} s from begin to dequeued",
                     p.times.kernels,
                     100.0 * p.kernel_excess(),
                     p.times.core_wait,
                     p.times.block_wait,
-                    p.times.small_wait
+                    p.times.small_wait,
+                    p.times.start
                 );
             }
             points.push(p);
@@ -656,7 +657,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                        "thesis_predicted": p.thesis.predicted, "error": p.err(), "thesis_error": p.thesis_err(),
                        "store_cpu": p.store_cpu, "slaves_cpu": p.slaves_cpu, "other_cpu": p.other_cpu, "load": p.load, "ok": p.ok,
                        "runs": p.runs, "spread": p.spread(), "kernels": p.times.kernels, "kernels_alone": p.kernels_alone,
-                       "core_wait": p.times.core_wait, "block_wait": p.times.block_wait, "small_wait": p.times.small_wait})
+                       "core_wait": p.times.core_wait, "block_wait": p.times.block_wait, "small_wait": p.times.small_wait, "start": p.times.start})
             })
             .collect();
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;

@@ -428,6 +428,10 @@ pub(crate) fn print_task_times(s: &JobStatus) {
             "  and waiting for reads: {:.2} s for blocks, {:.2} s for small objects (flags, dependency counters)",
             t.block_wait, t.small_wait
         );
+        println!(
+            "  and {:.2} s between the tasks' begins and their dequeues' answers (round trips behind the previous task's ending, waits at barriers)",
+            t.start
+        );
     }
 }
 

@@ -118,6 +118,14 @@ fn a_job_runs_to_the_end_without_the_cli_and_a_new_cli_sees_it() {
         .unwrap_or_else(|| panic!("no kernel rate in {status}"));
     assert!(in_kernels > 0.0 && in_kernels.is_finite(), "{status}");
     assert!(status.contains("and waiting for reads:") && status.contains("s for blocks"), "{status}");
+    // Every task began and was dequeued: at least a round trip each.
+    let starting = status
+        .lines()
+        .find(|l| l.contains("between the tasks' begins"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no begin-to-dequeue time in {status}"));
+    assert!(starting > 0.0, "{status}");
     assert!(master_ok(s, &["jobs"]).contains(&job));
 }
 

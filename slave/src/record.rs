@@ -70,6 +70,11 @@ pub struct TaskDone {
     /// dependency counters, whose locks another task's commit may hold).
     #[serde(default)]
     pub small_wait_us: u64,
+    /// Microseconds from the slave's begin of the task's action to its
+    /// dequeue's answer: the round trips before the task, behind the
+    /// previous task's ending, and any wait for the bag (a barrier).
+    #[serde(default)]
+    pub start_us: u64,
 }
 
 /// Where committed tasks' time went, summed over their records, seconds.
@@ -79,6 +84,8 @@ pub struct TaskTimes {
     pub core_wait: f64,
     pub block_wait: f64,
     pub small_wait: f64,
+    /// Begins and dequeues ([`TaskDone::start_us`]).
+    pub start: f64,
 }
 
 impl TaskTimes {
@@ -89,6 +96,7 @@ impl TaskTimes {
             core_wait: t.core_wait + s(d.core_wait_us),
             block_wait: t.block_wait + s(d.block_wait_us),
             small_wait: t.small_wait + s(d.small_wait_us),
+            start: t.start + s(d.start_us),
         })
     }
 }
@@ -136,10 +144,17 @@ mod tests {
 
     #[test]
     fn task_times_sum_the_records_and_read_old_ones_as_zero() {
-        let a = TaskDone { kernel_us: 1_500_000, core_wait_us: 250_000, block_wait_us: 10, small_wait_us: 20, ..TaskDone::default() };
+        let a = TaskDone {
+            kernel_us: 1_500_000,
+            core_wait_us: 250_000,
+            block_wait_us: 10,
+            small_wait_us: 20,
+            start_us: 300,
+            ..TaskDone::default()
+        };
         let old: TaskDone =
             serde_json::from_str(r#"{"count":1,"flops":2.0,"slave":"s","attempts":0,"finished_ms":1,"compute_ms":3}"#).unwrap();
         let t = TaskTimes::of([&a, &old, &a]);
-        assert_eq!(t, TaskTimes { kernels: 3.0, core_wait: 0.5, block_wait: 20e-6, small_wait: 40e-6 });
+        assert_eq!(t, TaskTimes { kernels: 3.0, core_wait: 0.5, block_wait: 20e-6, small_wait: 40e-6, start: 600e-6 });
     }
 }

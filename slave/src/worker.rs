@@ -169,7 +169,7 @@ impl Slave {
                     Ok(Dequeue::NoneAvailable) => action.abort().await?,
                     Ok(Dequeue::Task(task)) => {
                         self.kill.reached(KillPlace::Dequeued);
-                        self.run_one(&job, index, action, task).await?
+                        self.run_one(&job, index, action, task, asked.elapsed()).await?
                     }
                     Err(e) => {
                         let _ = action.abort().await;
@@ -232,7 +232,8 @@ impl Slave {
     /// session's heartbeats go on meanwhile), record it done, commit.
     /// Runs one task; on success its ending (block puts, record, commit)
     /// goes on in the background while the caller dequeues the next task.
-    async fn run_one(&mut self, job: &JobRecord, bag_index: usize, action: Action, task: Task) -> Result<(), StoreError> {
+    /// `start`: from asking for the task (the begin) to holding it.
+    async fn run_one(&mut self, job: &JobRecord, bag_index: usize, action: Action, task: Task, start: Duration) -> Result<(), StoreError> {
         let started = Instant::now();
         tracing::debug!(action = action.id(), seq = task.seq, bag = %task.bag, "task starts");
         let rt = tokio::runtime::Handle::current();
@@ -303,6 +304,7 @@ impl Slave {
                     core_wait_us: core_wait.as_micros() as u64,
                     block_wait_us: (waits.prefetched_wait + waits.in_open_wait).as_micros() as u64,
                     small_wait_us: waits.small_wait.as_micros() as u64,
+                    start_us: start.as_micros() as u64,
                 };
                 let key = record::done_key(id, bag_index, task.seq);
                 // One ending at a time: the slave holds at most one task's
