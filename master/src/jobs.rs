@@ -241,9 +241,9 @@ impl JobStatus {
         self.done.iter().map(|d| d.flops).sum()
     }
 
-    /// Where the committed tasks' time went: kernels, and waits for a
-    /// core (other threads held them: the store node's, the slaves' I/O),
-    /// for block reads and for small reads.
+    /// Where the committed tasks' time went: kernels, waits for a core
+    /// (other threads held them: the store node's, the slaves' I/O), for
+    /// block reads and for small reads, and from begin to dequeued.
     pub(crate) fn task_times(&self) -> TaskTimes {
         TaskTimes::of(&self.done)
     }

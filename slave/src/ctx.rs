@@ -18,8 +18,8 @@ use uuid::Uuid;
 /// least one block, two of blocks up to this size
 /// ([`LargestBlock::blocks_ahead`]). One block of more than 2 MiB: the
 /// slave holds at most four blocks (a matmul's accumulator, the current
-/// pair, the next block), the memory bound. A local get (the node passes the version
-/// file; the slave reads it) takes about 10 ms for 32 MiB against 300 ms
+/// pair, the next block), the memory bound. A local get (the node
+/// passes the version file; the slave reads it) takes about 10 ms for 32 MiB against 300 ms
 /// of dgemm per pair, so one block ahead hides every transfer but the
 /// first of each pair. Smaller blocks go several ahead: a 512 KiB get in a
 /// job takes 0.1–0.15 ms, mostly round trip, against 0.7 ms of dgemm, and
@@ -30,10 +30,10 @@ pub(crate) const PREFETCH_BYTES: usize = 2 << 20;
 
 /// See [`LargestBlock::blocks_ahead`].
 fn blocks_ahead(largest: usize) -> usize {
-    match largest {
-        0 => 1,
-        b if b <= PREFETCH_BYTES => (PREFETCH_BYTES / b).max(2),
-        _ => 1,
+    if largest == 0 || largest > PREFETCH_BYTES {
+        1
+    } else {
+        (PREFETCH_BYTES / largest).max(2)
     }
 }
 
