@@ -138,7 +138,8 @@ impl Slave {
                 // on average, 1.4 ms at the 90th percentile, in LU n =
                 // 4096, b = 256 on one slave).
                 let failed_key = record::failed_key(id);
-                let (failed, action) = tokio::join!(self.client.peek_small(&failed_key), self.session.begin());
+                let ((failed, flag_took), (action, begin_took)) =
+                    tokio::join!(timed(asked, self.client.peek_small(&failed_key)), timed(asked, self.session.begin()));
                 let action = action?;
                 let failed = match failed {
                     Ok(flag) => flag.is_some(),
@@ -160,7 +161,13 @@ impl Slave {
                     self.settle().await?;
                     next = action.dequeue(bag, self.config.dequeue_wait).await;
                 }
-                tracing::trace!(begin_ms = ms(begun), dequeue_ms = ms(asked.elapsed() - begun), "dequeued");
+                tracing::trace!(
+                    begin_ms = ms(begun),
+                    flag_ms = ms(flag_took),
+                    begin_rpc_ms = ms(begin_took),
+                    dequeue_ms = ms(asked.elapsed() - begun),
+                    "dequeued"
+                );
                 match next {
                     Ok(Dequeue::Empty) => {
                         action.abort().await?;
@@ -414,4 +421,10 @@ async fn record_failure(session: &Session, job: Uuid, reason: String, task: &Tas
 /// a few nanoseconds printed as `9.5e-5`).
 fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// A future's output and the time from `since` until it was ready.
+async fn timed<T>(since: Instant, f: impl std::future::Future<Output = T>) -> (T, Duration) {
+    let r = f.await;
+    (r, since.elapsed())
 }

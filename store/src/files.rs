@@ -49,28 +49,30 @@
 //! an overwrite after that fails the reader's checksum, and
 //! `Client::read_block_committed` reads again.
 //!
-//! Warm spares: a put of a block nobody wrote before (a multiply's C, a
-//! Cholesky's L) has no replaced version to overwrite, and its spare is
-//! empty: each page it writes is a fresh page of the page cache, a host
-//! fault on this VM (2 MiB: 4.8–5.1 ms to `pwrite` into a new file, 0.05
-//! into cached pages of the same file; LU at n = 4096, b = 512 with one
-//! slave: 65 first writes of a file, median 5.1 ms, against 0.24 for the
-//! 35 overwrites, and the node's request handling waited behind them). So
-//! the spares thread, at the lowest priority, also keeps a few spares
-//! warm ([`WARM_BYTES`] in all, for values up to [`WARM_MAX_LEN`]): it
-//! writes zeros over the length of the latest put, unsynced, which puts
-//! the pages in the page cache outside any put; a put then writes over cached pages, as over a recycled
-//! version, and its sync writes its own data (the zeros never reach the
-//! disk unless a warm spare waits longer than the kernel's writeback
-//! delay). Warming by reading a sparse file through instead left small
-//! pages that made every later overwrite of that version slower (2 MiB:
-//! 1.7–1.9 ms written and synced, against 0.9).
+//! No warm spares: a put of a block nobody wrote before (a multiply's C,
+//! a Cholesky's L) writes into an empty spare. Until 2026-11-26 a thread
+//! kept up to 32 spares warm by writing zeros over them (one `pwrite` of
+//! the latest put's length), so that such a put would overwrite cached
+//! pages. On this VM a 2 MiB zero write took 4.5–5.5 ms: a large folio
+//! comes from the high-order free blocks the guest has reported to the
+//! host, each page of it a host fault, and the write is not preempted,
+//! so a request whose thread waited for that core waited with it
+//! (a one-slave dag Cholesky at n = 4096, b = 512: ten task begins of 36
+//! took 5 ms). The puts themselves take the page cache in pipe-sized
+//! pieces, mostly recycled pages. `bench validate`, two runs of each
+//! build alternating, without the warm spares: dag Cholesky b = 512 on one
+//! slave 0.62 s against 0.70–0.73, LU b = 512 1.33 / 0.92 s against
+//! 1.47 / 1.09 (one / two slaves), matmul b = 512 2.88 / 1.66 against
+//! 3.05 / 1.81, b = 256 and 1024 unchanged; the node's CPU in the one-slave
+//! b = 512 jobs fell from 28–39 % to 11–14 %. `bench blocks` put of new
+//! blocks at b = 256 and 512, two runs each: 0.52–0.72 of raw without,
+//! 0.51–0.79 with.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -100,19 +102,6 @@ pub(crate) const RESERVE_FOR_PUTS: u64 = 16 << 20;
 /// `StorageFull` rather than written: other files may have taken the space
 /// the puts left.
 pub(crate) const RESERVE_FOR_BATCHES: u64 = 1 << 20;
-
-/// Page cache the warm spares hold at most (zero pages, written but not
-/// synced): 32 spares of b = 512 (larger values get none, see
-/// [`WARM_MAX_LEN`]).
-pub(crate) const WARM_BYTES: u64 = 64 << 20;
-/// Warm spares kept at most, whatever their size.
-const WARM_SPARES: usize = 32;
-/// Values longer than this get no warm spares. A put of 8 MiB (b = 1024)
-/// is written in pieces whose writeback overlaps its transfer, and its
-/// warm-up (22 ms of zeros into fresh pages) competed with the job: a
-/// second dag Cholesky at b = 1024 on one slave took 0.90 s against 0.84
-/// without warm spares (3 rounds each).
-pub(crate) const WARM_MAX_LEN: u64 = (2 << 20) + HEADER_LEN as u64;
 
 /// Replaced versions whose files the next puts overwrite.
 #[derive(Default)]
@@ -156,11 +145,6 @@ pub(crate) struct BlockFiles {
     refills: Mutex<Option<mpsc::SyncSender<()>>>,
     /// Replaced versions kept for the next puts to overwrite.
     recycled: Mutex<Recycled>,
-    /// Spares whose pages are in the page cache (zeros, unsynced): each id
-    /// and its length. Handed out before the empty ones.
-    warm: Mutex<Vec<(Uuid, u64)>>,
-    /// The length of the latest put's value: what the spares are warmed to.
-    last_len: AtomicU64,
     /// Versions' files kept open for reads; every removal goes through it.
     open: OpenFiles,
     /// Versions written and answered but not synced yet
@@ -357,8 +341,6 @@ impl BlockFiles {
             unsynced: AtomicBool::new(false),
             refills: Mutex::new(None),
             recycled: Mutex::default(),
-            warm: Mutex::default(),
-            last_len: AtomicU64::new(0),
             open: OpenFiles::new(),
             syncing: Mutex::default(),
         })
@@ -391,21 +373,13 @@ impl BlockFiles {
     /// changes no metadata), else a spare, else a new file. `StorageFull`
     /// if the bytes it adds would leave less than [`RESERVE_FOR_PUTS`] free.
     pub(crate) fn stage(&self, len: u64) -> Result<Staging, StoreError> {
-        self.last_len.store(len, Ordering::Relaxed);
         let recycled = self.recycled.lock().unwrap_or_else(|e| e.into_inner()).take(len);
-        let warm = match recycled {
-            Some(_) => None,
-            None => self.warm.lock().unwrap_or_else(|e| e.into_inner()).pop(),
-        };
-        // A recycled version's data and a warm spare's zeros hold their
-        // disk space already.
-        let adds = len.saturating_sub(recycled.or(warm).map_or(0, |(_, was)| was));
+        // A recycled version's data holds its disk space already.
+        let adds = len.saturating_sub(recycled.map_or(0, |(_, was)| was));
         if adds > 0 {
             if let Err(e) = self.ensure_free(adds + RESERVE_FOR_PUTS, &format!("a block version of {len} bytes")) {
-                match (recycled, warm) {
-                    (Some((version, _)), _) => self.retire(&[version]),
-                    (_, Some((version, _))) => self.remove(&[version]),
-                    _ => {}
+                if let Some((version, _)) = recycled {
+                    self.retire(&[version]);
                 }
                 return Err(e);
             }
@@ -420,15 +394,12 @@ impl BlockFiles {
                 }
             };
         }
-        let (spare, left) = match warm {
-            Some((version, _)) => (Some(version), usize::MAX),
-            None => {
-                let mut spares = self.spares.lock().unwrap_or_else(|e| e.into_inner());
-                (spares.pop(), spares.len())
-            }
+        let (spare, left) = {
+            let mut spares = self.spares.lock().unwrap_or_else(|e| e.into_inner());
+            (spares.pop(), spares.len())
         };
-        // Low on spares, or a warm one taken: the spares thread makes more.
-        if left < SPARES / 2 || warm.is_some() {
+        // Low on spares: the spares thread makes more.
+        if left < SPARES / 2 {
             if let Some(wake) = &*self.refills.lock().unwrap_or_else(|e| e.into_inner()) {
                 // Full: a wake-up is already pending.
                 let _ = wake.try_send(());
@@ -449,8 +420,7 @@ impl BlockFiles {
                 .inspect(|_| self.unsynced.store(true, Ordering::SeqCst)),
         };
         let file = opened.map_err(|e| io_error(e, || format!("creating block version {version}")))?;
-        // A warm spare longer than the value is cut to it when it finishes.
-        Ok(Staging { version, file, len, was: warm.map_or(0, |(_, was)| was), stamp: new_stamp() })
+        Ok(Staging { version, file, len, was: 0, stamp: new_stamp() })
     }
 
     /// Bytes free for this process on the blocks' filesystem.
@@ -605,42 +575,6 @@ impl BlockFiles {
         result
     }
 
-    /// Warms empty spares until [`WARM_BYTES`] (at most [`WARM_SPARES`]) of
-    /// them hold the latest put's length in the page cache: zeros written
-    /// over it, unsynced. Nothing before the first put, nor for values
-    /// longer than [`WARM_MAX_LEN`], nor when the disk has less than four
-    /// times [`WARM_BYTES`] free beyond [`RESERVE_FOR_PUTS`] (the zeros
-    /// take disk space until a put writes over them). Returns how many it
-    /// warmed.
-    pub(crate) fn warm_up(&self) -> std::io::Result<usize> {
-        use std::os::unix::fs::FileExt;
-        let len = self.last_len.load(Ordering::Relaxed);
-        if len == 0 || len > WARM_MAX_LEN || self.free_bytes().is_ok_and(|free| free < 4 * WARM_BYTES + RESERVE_FOR_PUTS) {
-            return Ok(0);
-        }
-        let want = (WARM_BYTES / len).clamp(1, WARM_SPARES as u64) as usize;
-        // One write per value: the page cache then takes large pages, as
-        // it does for a put.
-        let zeros = vec![0u8; len as usize];
-        let mut warmed = 0;
-        while self.warm.lock().unwrap_or_else(|e| e.into_inner()).len() < want {
-            let Some(version) = self.spares.lock().unwrap_or_else(|e| e.into_inner()).pop() else { break };
-            let warmed_one = OpenOptions::new().write(true).open(self.path(version)).and_then(|f| f.write_all_at(&zeros, 0));
-            match warmed_one {
-                Ok(()) => {
-                    self.warm.lock().unwrap_or_else(|e| e.into_inner()).push((version, len));
-                    warmed += 1;
-                }
-                Err(e) => {
-                    // An unwarmed spare is no use to a put either: remove it.
-                    self.remove(&[version]);
-                    return Err(e);
-                }
-            }
-        }
-        Ok(warmed)
-    }
-
     /// Reads a version's stored form; `None` if there is no such file.
     pub(crate) fn read(&self, version: Uuid) -> Result<Option<Vec<u8>>, StoreError> {
         use std::os::unix::fs::FileExt;
@@ -677,12 +611,10 @@ impl BlockFiles {
         self.remove(&unkept);
     }
 
-    /// Removes every recycled version and warm spare; returns how many
-    /// there were.
+    /// Removes every recycled version; returns how many there were.
     fn release_recycled(&self) -> usize {
         let gone = std::mem::take(&mut *self.recycled.lock().unwrap_or_else(|e| e.into_inner()));
-        let warm = std::mem::take(&mut *self.warm.lock().unwrap_or_else(|e| e.into_inner()));
-        let versions: Vec<Uuid> = gone.files.iter().chain(&warm).map(|&(v, _)| v).collect();
+        let versions: Vec<Uuid> = gone.files.iter().map(|&(v, _)| v).collect();
         self.remove(&versions);
         versions.len()
     }
@@ -716,9 +648,6 @@ impl BlockFiles {
             while woken.recv().is_ok() {
                 if let Err(e) = files.refill() {
                     tracing::warn!("cannot make spare block files: {e}");
-                }
-                if let Err(e) = files.warm_up() {
-                    tracing::warn!("cannot warm spare block files: {e}");
                 }
             }
         })?;
@@ -833,43 +762,6 @@ mod tests {
         let keep: HashSet<Uuid> = taken.iter().copied().chain([created]).collect();
         assert_eq!(files.sweep(&keep).unwrap(), SPARES);
         assert_eq!(files.read(created).unwrap().as_deref(), Some(&b"made on the spot"[..]));
-    }
-
-    #[test]
-    fn warm_spares_hold_the_latest_length_and_give_it_back_exactly() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = BlockFiles::open(dir.path()).unwrap();
-        // Nothing to warm to before the first put.
-        files.refill().unwrap();
-        assert_eq!(files.warm_up().unwrap(), 0);
-        let first = files.write(&[5u8; 3000]).unwrap();
-        // Small values: at most WARM_SPARES warm ones, each of the latest
-        // length, taken out of the empty spares.
-        assert_eq!(files.warm_up().unwrap(), WARM_SPARES);
-        assert_eq!(files.warm_up().unwrap(), 0, "already warm");
-        let warm: Vec<(Uuid, u64)> = files.warm.lock().unwrap().clone();
-        assert!(warm.iter().all(|&(v, len)| len == 3000 && std::fs::metadata(files.path(v)).unwrap().len() == 3000));
-        let spares_left = files.spares.lock().unwrap().len();
-        assert_eq!(spares_left + WARM_SPARES + 1, SPARES, "warm spares come out of the empty ones");
-        // A put takes a warm spare first; a shorter value is cut to its
-        // length, a longer one grows, and each reads back exactly.
-        let shorter = files.write(&[6u8; 1000]).unwrap();
-        assert_eq!(Some(shorter), warm.last().map(|&(v, _)| v));
-        assert_eq!(files.read(shorter).unwrap(), Some(vec![6u8; 1000]));
-        let longer = files.write(&[7u8; 5000]).unwrap();
-        assert!(warm.iter().any(|&(v, _)| v == longer));
-        assert_eq!(files.read(longer).unwrap(), Some(vec![7u8; 5000]));
-        // Warm spares are not versions: the next open's sweep removes them,
-        // and a full disk's release gives their space back.
-        assert!(files.release_recycled() >= WARM_SPARES - 2);
-        assert!(files.warm.lock().unwrap().is_empty());
-        for &(v, _) in &warm[..WARM_SPARES - 2] {
-            assert!(!files.path(v).exists(), "released warm spare {v} still there");
-        }
-        assert_eq!(files.read(first).unwrap(), Some(vec![5u8; 3000]));
-        // Large values get none.
-        files.write(&vec![1u8; WARM_MAX_LEN as usize + 1]).unwrap();
-        assert_eq!(files.warm_up().unwrap(), 0);
     }
 
     #[test]
