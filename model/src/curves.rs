@@ -32,6 +32,10 @@ pub enum Kernel {
     /// LU's triangular solves (dtrsm right-upper for `L`, left-lower-unit
     /// for `U`, half each): `b³` flop. Without a curve, [`Kernel::Solve`]'s.
     LuSolve,
+    /// Cholesky's update `C −= A·Bᵀ` (dgemm, second operand transposed):
+    /// `2b³` flop. 2–4 % slower than [`Kernel::Multiply`] at b = 256 and
+    /// 512 on this VM's OpenBLAS. Without a curve, [`Kernel::Multiply`]'s.
+    MultiplyTransposed,
 }
 
 /// Measured `[flop, seconds]` points per kernel, by increasing flop.
@@ -56,6 +60,9 @@ pub struct KernelCurves {
     /// (`solve`) ran 22 Gflop/s at b = 256 here, LU's left-lower-unit 15.5.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lu_solve: Vec<[f64; 2]>,
+    /// Cholesky's dgemm with the second operand transposed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub multiply_transposed: Vec<[f64; 2]>,
 }
 
 impl KernelCurves {
@@ -68,6 +75,7 @@ impl KernelCurves {
             Kernel::Lu => &self.lu,
             Kernel::Syrk => &self.syrk,
             Kernel::LuSolve => &self.lu_solve,
+            Kernel::MultiplyTransposed => &self.multiply_transposed,
         }
     }
 
@@ -83,6 +91,7 @@ impl KernelCurves {
             lu: merge(&self.lu, &newer.lu),
             syrk: merge(&self.syrk, &newer.syrk),
             lu_solve: merge(&self.lu_solve, &newer.lu_solve),
+            multiply_transposed: merge(&self.multiply_transposed, &newer.multiply_transposed),
         }
     }
 
@@ -97,6 +106,7 @@ impl KernelCurves {
             lu: of(Kernel::Lu),
             syrk: of(Kernel::Syrk),
             lu_solve: of(Kernel::LuSolve),
+            multiply_transposed: of(Kernel::MultiplyTransposed),
         }
     }
 
@@ -108,6 +118,7 @@ impl KernelCurves {
             ("lu", Kernel::Lu),
             ("syrk", Kernel::Syrk),
             ("lu_solve", Kernel::LuSolve),
+            ("multiply_transposed", Kernel::MultiplyTransposed),
         ] {
             validate_points(&format!("kernels.{name}"), self.of(k))?;
         }

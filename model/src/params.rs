@@ -388,6 +388,8 @@ impl Params {
         let rate = match kernel {
             // Measured files before LU's solves were swept: Cholesky's solve.
             Kernel::LuSolve => return self.kernel_time(Kernel::Solve, flop),
+            // Files from before the transposed dgemm was swept: dgemm's.
+            Kernel::MultiplyTransposed => return self.kernel_time(Kernel::Multiply, flop),
             Kernel::Multiply | Kernel::Syrk => self.multiply,
             Kernel::Solve => self.solve_rate(),
             Kernel::Factor | Kernel::Lu => self.factor_rate(),

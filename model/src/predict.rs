@@ -202,6 +202,12 @@ fn shape(app: App, params: &Params, n: u64, b: u64, options: &Options, slowdown:
     }
     let mut t = Primitives::square(params, b, options)?.slowed(slowdown);
     if let App::Cholesky(_) = app {
+        // Its updates are `C −= A·Bᵀ` (`apps::cholesky`), the diagonal
+        // blocks' too where the model prices them as a dgemm (the thesis's).
+        t.tmult = t.tmult_transposed;
+        if !options.diagonal_syrk {
+            t.tdiag_update = t.tmult_transposed;
+        }
         t = cholesky::with_caching(&t, options.cholesky_caching, p, n, b, options.slaves);
     }
     let shape = match app {
@@ -692,6 +698,46 @@ mod tests {
             let (x, y) = (predict(app, 1200, 300, &base, &many).unwrap(), predict(app, 1200, 300, &woken, &many).unwrap());
             assert!(y.predicted >= x.predicted && y.predicted - x.predicted < 0.001 * a.volumes.n_tasks as f64, "{app}");
         }
+    }
+
+    /// Cholesky's updates run at the transposed dgemm's curve when one was
+    /// measured, every other app's multiplies at dgemm's; without that
+    /// curve Cholesky's are dgemm's.
+    #[test]
+    fn cholesky_updates_take_the_transposed_dgemm_s_time() {
+        let (n, b) = (1200u64, 300u64);
+        let flop = 2.0 * (b * b * b) as f64;
+        let gemm = model_curve(flop, 0.01);
+        let with = |t: Option<f64>| Params {
+            kernels: Some(crate::KernelCurves {
+                multiply: gemm.clone(),
+                multiply_transposed: t.map_or_else(Vec::new, |t| model_curve(flop, t)),
+                ..crate::KernelCurves::default()
+            }),
+            ..Params::thesis_fast()
+        };
+        let o = Options::default();
+        for app in [App::Cholesky(Variant::SingleBag), App::Cholesky(Variant::Dag), App::Matmul, App::Lu { pivot: false }] {
+            let (plain, same, slower) = (
+                predict(app, n, b, &with(None), &o).unwrap(),
+                predict(app, n, b, &with(Some(0.01)), &o).unwrap(),
+                predict(app, n, b, &with(Some(0.02)), &o).unwrap(),
+            );
+            assert_eq!(plain.t1, same.t1, "{app}: no curve is dgemm's");
+            if let App::Cholesky(_) = app {
+                // (p/6)(p²−1) updates of one more tmult each: p = 4, 10 of them.
+                let p = n / b;
+                let updates = (p * (p * p - 1) / 6) as f64;
+                assert!((slower.t1 - plain.t1 - 0.01 * updates).abs() < 1e-9, "{app}: {} vs {}", slower.t1, plain.t1);
+            } else {
+                assert_eq!(plain.t1, slower.t1, "{app}: not Cholesky");
+            }
+        }
+    }
+
+    /// Two points through `(flop, secs)`: a straight rate at every size.
+    fn model_curve(flop: f64, secs: f64) -> Vec<[f64; 2]> {
+        vec![[flop / 2.0, secs / 2.0], [flop, secs]]
     }
 
     /// A task's start behind the previous task's ending is the slave's

@@ -52,6 +52,10 @@ pub struct Primitives {
     pub tput: f64,
     /// `tmult = 2b₁²b₂/P` (4.1, 5.21).
     pub tmult: f64,
+    /// `tmult` for Cholesky's update, whose dgemm takes its second operand
+    /// transposed ([`Kernel::MultiplyTransposed`]; extension): the model's
+    /// Cholesky uses it as its `tmult`.
+    pub tmult_transposed: f64,
     /// `tadd = tsub = b₁b₂/P` (4.2, 5.21).
     pub tadd: f64,
     /// `tsolve = b³/P` (4.1), square blocks only.
@@ -122,6 +126,7 @@ impl Primitives {
             },
             tput: tdput + tcom,
             tmult: params.kernel_time(Kernel::Multiply, 2.0 * x * x * y),
+            tmult_transposed: params.kernel_time(Kernel::MultiplyTransposed, 2.0 * x * x * y),
             tadd: if options.fused_update { 0.0 } else { params.add_rate().cost(x * y) },
             tsolve: params.kernel_time(Kernel::Solve, cube),
             tsolve_lu: params.kernel_time(Kernel::LuSolve, cube),
@@ -150,6 +155,7 @@ impl Primitives {
     pub fn slowed(&self, factor: f64) -> Self {
         Self {
             tmult: self.tmult * factor,
+            tmult_transposed: self.tmult_transposed * factor,
             tadd: self.tadd * factor,
             tsolve: self.tsolve * factor,
             tsolve_lu: self.tsolve_lu * factor,
