@@ -782,11 +782,31 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
     let per_task = task_costs(&session, quick).await?;
 
     // Cached reads: a first pass warms the caches, the second is timed.
-    let read_all = |client: Client, matrices: Vec<(usize, uuid::Uuid, u32)>| async move {
-        let session = client.open_session("bench-params-read").await?;
-        let mut out = Vec::new();
-        for (b, id, g) in matrices {
-            let mut times = Vec::new();
+    let _ = read_all(&client, &matrices, 1).await?;
+    let hot_get = read_all(&client, &matrices, 1).await?;
+    let get_behind = gets_behind_puts(&client, &matrices).await?;
+    let (start_behind, endings) = task_starts_behind_endings(&client, &matrices).await?;
+    drop(session);
+    drop(client);
+    node.shutdown().await?;
+
+    // Cold: a fresh node (empty block cache) over files out of the page cache.
+    evict(data)?;
+    let (node, client) = start_node(data).await?;
+    let cold_get = read_all(&client, &matrices, 1).await?;
+    drop(client);
+    node.shutdown().await?;
+    Ok(StoreSweep { network, hot_get, get_behind, cold_get, put, put_over, commit_small, per_task, start_behind, endings })
+}
+
+/// Every block of each matrix read `passes` times, one get per action;
+/// per block size, the median seconds of a get.
+async fn read_all(client: &Client, matrices: &[(usize, uuid::Uuid, u32)], passes: usize) -> anyhow::Result<Vec<Point>> {
+    let session = client.open_session("bench-params-read").await?;
+    let mut out = Vec::new();
+    for &(b, id, g) in matrices {
+        let mut times = Vec::new();
+        for _ in 0..passes {
             for i in 0..g {
                 for j in 0..g {
                     let a = session.begin().await?;
@@ -797,25 +817,43 @@ async fn sweep_store(data: &Path, blocks: &[usize], quick: bool) -> anyhow::Resu
                     a.commit().await?;
                 }
             }
-            out.push(Point { units: (8 * b * b) as f64, secs: median(&mut times) });
         }
-        anyhow::Ok(out)
-    };
-    let _ = read_all(client.clone(), matrices.clone()).await?;
-    let hot_get = read_all(client.clone(), matrices.clone()).await?;
-    let get_behind = gets_behind_puts(&client, &matrices).await?;
-    let (start_behind, endings) = task_starts_behind_endings(&client, &matrices).await?;
-    drop(session);
-    drop(client);
-    node.shutdown().await?;
+        out.push(Point { units: (8 * b * b) as f64, secs: median(&mut times) });
+    }
+    Ok(out)
+}
 
-    // Cold: a fresh node (empty block cache) over files out of the page cache.
-    evict(data)?;
-    let (node, client) = start_node(data).await?;
-    let cold_get = read_all(client.clone(), matrices).await?;
-    drop(client);
-    node.shutdown().await?;
-    Ok(StoreSweep { network, hot_get, get_behind, cold_get, put, put_over, commit_small, per_task, start_behind, endings })
+/// A cached read and a read behind a task's ending (`Params::local_get`
+/// and `local_get_behind`) at blocks of side `b`, measured again through
+/// a running node for `bench validate` before each block size, as
+/// [`endings_now`]. They drift more than a point's error allows: the fit
+/// of `local_get` read 6.6, 8.2, 8.6 and 10.2 GB/s in four `bench
+/// params` runs of one day (at b = 256 the 6.6 one predicts the one-slave
+/// dag Cholesky at n = 4096 6.4 % slower than the 10.2 one), and a b × b
+/// point reads only b × b blocks. Returns `(local get, behind an ending)`.
+pub(crate) async fn gets_now(client: &Client, b: usize) -> anyhow::Result<(Point, Point)> {
+    // 16 blocks, as for the endings; each read in three passes (a first
+    // one untimed, to warm the caches), and once behind an ending.
+    let g = 4u32;
+    let name = format!("bench-gets-now-{}-{b}", std::process::id());
+    let m = client.create_matrix(&name, u64::from(g) * b as u64, u64::from(g) * b as u64, b as u32).await?;
+    let matrices = [(b, m.id, g)];
+    let measured = async {
+        let session = client.open_session("bench-gets-now").await?;
+        for i in 0..g {
+            for j in 0..g {
+                timed_put(&session, m.id, i, j, random_block(b, u64::from(i * 100 + j))).await?;
+            }
+        }
+        drop(session);
+        read_all(client, &matrices, 1).await?;
+        let cached = read_all(client, &matrices, 2).await?;
+        let behind = gets_behind_puts(client, &matrices).await?;
+        anyhow::Ok((cached[0], behind[0]))
+    }
+    .await;
+    client.delete_matrix(m.id).await?;
+    measured
 }
 
 /// Cached reads as a slave's task thread makes its first ones under

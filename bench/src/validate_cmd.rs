@@ -424,6 +424,17 @@ fn rates_now(cluster: &Cluster, case: &Case, b: u64, params: &Params, quick: boo
         let merged = |curve: &Option<Vec<[f64; 2]>>, p: crate::params_cmd::Point| {
             Some(model::curves::merge(curve.as_deref().unwrap_or(&[]), &[[p.units, p.secs]]))
         };
+        let (get, get_behind) = cluster.with_client(|c| async move { crate::params_cmd::gets_now(&c, b as usize).await })?;
+        let file_ms = |p: Option<model::Piecewise>| p.map_or("-".to_owned(), |p| format!("{:.3}", p.cost(get.units) * 1e3));
+        eprintln!(
+            "block get now at b = {b}: {:.3} ms, behind an ending {:.3} ms (parameter file {}, {})",
+            get.secs * 1e3,
+            get_behind.secs * 1e3,
+            file_ms(params.local_get),
+            file_ms(params.local_get_behind)
+        );
+        // Through the point measured: the point reads only blocks of this size.
+        let through = |p: crate::params_cmd::Point| Some(model::Piecewise::new(p.units / p.secs, 0.0));
         let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{:.3}", v * 1e3));
         eprintln!(
             "per task now: overhead {:.3} ms, wake {:.3} ms, dag release {:.3} ms + {:.4} per counter (parameter file {}, {}, {} + {})",
@@ -444,6 +455,8 @@ fn rates_now(cluster: &Cluster, case: &Case, b: u64, params: &Params, quick: boo
             dag_release_per_counter: Some(costs.release_per_counter),
             task_ending: merged(&params.task_ending, ending),
             task_start_behind: merged(&params.task_start_behind, start_behind),
+            local_get: through(get),
+            local_get_behind: through(get_behind),
             ..params.clone()
         }
     })
@@ -462,6 +475,13 @@ fn typical_rates(timings: &[Params]) -> Params {
         let v: Vec<&[[f64; 2]]> = timings.iter().filter_map(f).map(Vec::as_slice).collect();
         (!v.is_empty()).then(|| model::curves::median_of(&v))
     };
+    // A transfer rate whole (bandwidth and threshold) from the timing with
+    // the median bandwidth.
+    let transfer = |f: fn(&Params) -> Option<model::Piecewise>| {
+        let mut v: Vec<model::Piecewise> = timings.iter().filter_map(f).collect();
+        v.sort_by(|x, y| x.bandwidth.total_cmp(&y.bandwidth));
+        v.get(v.len() / 2).copied()
+    };
     let kernels: Vec<&model::KernelCurves> = timings.iter().filter_map(|t| t.kernels.as_ref()).collect();
     let mut by_ray: Vec<(f64, &Params)> = timings.iter().filter_map(|t| Some((t.ray_pixel_rate?, t))).collect();
     by_ray.sort_by(|x, y| x.0.total_cmp(&y.0));
@@ -474,6 +494,8 @@ fn typical_rates(timings: &[Params]) -> Params {
         dag_release_per_counter: scalar(|t| t.dag_release_per_counter),
         task_ending: curve(|t| t.task_ending.as_ref()),
         task_start_behind: curve(|t| t.task_start_behind.as_ref()),
+        local_get: transfer(|t| t.local_get),
+        local_get_behind: transfer(|t| t.local_get_behind),
         ray_pixel_rate: ray.ray_pixel_rate,
         ray_profile: ray.ray_profile.clone(),
         ..timings[0].clone()
@@ -844,6 +866,7 @@ mod tests {
             task_ending: Some(vec![[1e6, ending]]),
             ray_pixel_rate: Some(ray),
             ray_profile: Some(vec![ray / 1e6]),
+            local_get: Some(model::Piecewise::new(ray * 1e4, 0.0)),
             ..base.clone()
         };
         let t =
@@ -852,5 +875,6 @@ mod tests {
         assert_eq!(t.task_overhead, Some(0.45e-3), "two timings: their mean");
         assert_eq!(t.task_ending, Some(vec![[1e6, 2e-3]]));
         assert_eq!((t.ray_pixel_rate, t.ray_profile), (Some(5e5), Some(vec![0.5])), "the profile goes with its rate");
+        assert_eq!(t.local_get, Some(model::Piecewise::new(5e9, 0.0)), "a transfer rate at its median bandwidth");
     }
 }
