@@ -16,8 +16,9 @@
 //! Each kill loses the task the victim held (it returns to the bag first in
 //! line and is redone) plus the replacement's start (process start,
 //! connection, first dequeue), which the thesis's term lacks: the model
-//! adds `Params::slave_start / s` (`Recovery::restart`) when the parameter
-//! file has it.
+//! adds it when the parameter file has `Params::slave_start`: on average
+//! shared by the slaves (`Recovery::restart`), in the worst case whole up
+//! to one task's time.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
