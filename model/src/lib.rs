@@ -75,7 +75,7 @@ pub use params::{
 };
 pub use predict::{predict, App, Prediction, BARRIER_SHARE, DAG_RELEASE_SHARE, TASK_OVERHEAD_STORE_SHARE};
 pub use primitives::Primitives;
-pub use recovery::Recovery;
+pub use recovery::{Held, Recovery};
 pub use schedule::Bounds;
 pub use sweep::{max_block, recommend, MemoryLayout, Recommendation};
 pub use volumes::{block_widths, Volumes};

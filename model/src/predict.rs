@@ -10,7 +10,7 @@ use crate::error::ModelError;
 use crate::options::{Options, SharedCpu};
 use crate::params::Params;
 use crate::primitives::Primitives;
-use crate::recovery::{recovery, Recovery};
+use crate::recovery::{recovery, Held, Recovery};
 use crate::schedule::{steps_bounds, steps_t1, Bounds, Overlap, Step};
 use crate::volumes::Volumes;
 use crate::{lu, matmul, raytrace};
@@ -569,14 +569,18 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
         memory_per_slave,
         // §5.5.2's overlap (two threads, or the next task prefetched) holds two
         // tasks per slave; a prefetch within the task (share < 1, this
-        // implementation's slave) holds one.
+        // implementation's slave) holds one, and with write-behind the
+        // previous task for as long as its measured ending runs.
         recovery: recovery(
             t1_work,
             volumes.n_tasks,
             longest_task,
             s,
             predicted,
-            options.slave_overlap && options.slave_overlap_share >= 1.0,
+            Held {
+                second_task: options.slave_overlap && options.slave_overlap_share >= 1.0,
+                ending_behind: measured_ending(app, params, n, b, options).unwrap_or(0.0),
+            },
             params.slave_start.unwrap_or(0.0),
         ),
     })
