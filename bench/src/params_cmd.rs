@@ -740,6 +740,51 @@ fn sweep_store(node: &mut Cluster, blocks: &[usize], quick: bool) -> anyhow::Res
     Ok(StoreSweep { network, cold_get, ..warm.sweep })
 }
 
+/// The store node's CPU seconds per block get (`Params::store_cpu_per_get`):
+/// the node process's CPU over thousands of gets of cached blocks, 256 to
+/// an action (each block once, so each get takes its lock), divided by
+/// the gets (the actions' begins and commits, about 4 % of it, left in).
+/// Small blocks: a local get's node work does not grow with the block
+/// (the slave reads the file), and they keep the run short.
+fn store_cpu_per_get(node: &Cluster, quick: bool) -> anyhow::Result<f64> {
+    const B: usize = 32;
+    const G: u32 = 16;
+    let rounds = if quick { 4 } else { 16 };
+    let name = format!("bench-params-cpu-per-get-{}", std::process::id());
+    let m = node.with_client(|c| async move {
+        let m = c.create_matrix(&name, u64::from(G) * B as u64, u64::from(G) * B as u64, B as u32).await?;
+        let session = c.open_session("bench-params-cpu-per-get").await?;
+        for i in 0..G {
+            for j in 0..G {
+                timed_put(&session, m.id, i, j, random_block(B, u64::from(i * 100 + j))).await?;
+            }
+        }
+        anyhow::Ok(m.id)
+    })?;
+    let gets = |rounds: u32| {
+        node.with_client(|c| async move {
+            let session = c.open_session("bench-params-cpu-per-get").await?;
+            for _ in 0..rounds {
+                let a = session.begin().await?;
+                for i in 0..G {
+                    for j in 0..G {
+                        a.get_block(m, i, j).await?;
+                    }
+                }
+                a.commit().await?;
+            }
+            anyhow::Ok(())
+        })
+    };
+    // Warm: the files opened and cached.
+    gets(1)?;
+    let before = node.snapshot().store.cpu_s;
+    gets(rounds)?;
+    let cpu = node.snapshot().store.cpu_s - before;
+    node.with_client(|c| async move { Ok(c.delete_matrix(m).await?) })?;
+    Ok(cpu / f64::from(rounds * G * G))
+}
+
 /// The store sweep's part on a warm node; `matrices` for the cold reads.
 struct Warm {
     sweep: StoreSweep,
@@ -1033,6 +1078,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let store_blocks: &[usize] = if args.quick { &[32, 64, 128, 256, 512] } else { &[16, 32, 64, 128, 256, 384, 512, 768, 1024] };
     let mut node = Cluster::start(ClusterConfig { slaves: 0, cache_mib: 256, base_dir: args.data.clone(), ..ClusterConfig::default() })?;
     let st = sweep_store(&mut node, store_blocks, args.quick)?;
+    let cpu_per_get = store_cpu_per_get(&node, args.quick)?;
+    eprintln!("store CPU per block get (lock, the version file passed): {:.3} ms", cpu_per_get * 1e3);
     drop(node);
     // Store rates from 64² blocks (32 KiB) up, as the kernels from 128².
     let min_bytes = 8.0 * 64.0 * 64.0;
@@ -1116,6 +1163,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         job_latency: latency,
         slave_start: start,
         store_cpu_per_task: store_cpu,
+        store_cpu_per_get: Some(cpu_per_get),
         slave_cpu_per_task: slave_cpu,
         // Beside the fits: the kernels' rates keep rising with b over
         // the sizes jobs use, which one bandwidth cannot follow.
@@ -1175,6 +1223,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     if let Some(c) = slave_cpu {
         fig("params_slave_cpu_per_task", c * 1e3, "ms");
     }
+    fig("params_store_cpu_per_get", cpu_per_get * 1e3, "ms");
     Ok(())
 }
 

@@ -249,6 +249,15 @@ pub struct Params {
     /// process's CPU over jobs of many empty tasks. Absent: 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_cpu_per_task: Option<f64>,
+    /// Extension: CPU seconds the store node spends on each block get it
+    /// serves from memory (its lock, the version file found and passed).
+    /// With [`crate::SharedCpu`] it loads the cores as
+    /// [`Params::store_cpu_per_task`] does, once per block read; not a
+    /// latency, since a slave's measured get (`local_get`) already holds
+    /// the node's part. Measured by `bench params` as the store process's
+    /// CPU over thousands of gets (0.024–0.039 ms here). Absent: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_cpu_per_get: Option<f64>,
     /// Extension: CPU seconds a slave spends on each task beyond its
     /// kernels and reads (its side of begin, dequeue, record and commit,
     /// its runtime's wake-ups). Like [`Params::store_cpu_per_task`] it
@@ -325,6 +334,7 @@ impl Params {
             job_latency: None,
             slave_start: None,
             store_cpu_per_task: None,
+            store_cpu_per_get: None,
             slave_cpu_per_task: None,
             kernels: None,
         }
@@ -454,6 +464,7 @@ impl Params {
             ("job_latency", self.job_latency),
             ("slave_start", self.slave_start),
             ("store_cpu_per_task", self.store_cpu_per_task),
+            ("store_cpu_per_get", self.store_cpu_per_get),
             ("slave_cpu_per_task", self.slave_cpu_per_task),
         ] {
             let Some(t) = v else { continue };
