@@ -753,16 +753,7 @@ fn store_cpu_per_get(node: &Cluster, quick: bool) -> anyhow::Result<f64> {
     // of it, 2048 (quick) half.
     let rounds = if quick { 8 } else { 16 };
     let name = format!("bench-params-cpu-per-get-{}", std::process::id());
-    let m = node.with_client(|c| async move {
-        let m = c.create_matrix(&name, u64::from(G) * B as u64, u64::from(G) * B as u64, B as u32).await?;
-        let session = c.open_session("bench-params-cpu-per-get").await?;
-        for i in 0..G {
-            for j in 0..G {
-                timed_put(&session, m.id, i, j, random_block(B, u64::from(i * 100 + j))).await?;
-            }
-        }
-        anyhow::Ok(m.id)
-    })?;
+    let m = node.with_client(|c| async move { filled_matrix(&c, &name, B, G).await })?;
     let gets = |rounds: u32| {
         node.with_client(|c| async move {
             let session = c.open_session("bench-params-cpu-per-get").await?;
@@ -902,25 +893,31 @@ pub(crate) async fn gets_now(client: &Client, b: usize) -> anyhow::Result<(Point
     // 16 blocks, as for the endings; each read in three passes (a first
     // one untimed, to warm the caches), and once behind an ending.
     let g = 4u32;
-    let name = format!("bench-gets-now-{}-{b}", std::process::id());
-    let m = client.create_matrix(&name, u64::from(g) * b as u64, u64::from(g) * b as u64, b as u32).await?;
-    let matrices = [(b, m.id, g)];
+    let m = filled_matrix(client, &format!("bench-gets-now-{}-{b}", std::process::id()), b, g).await?;
+    let matrices = [(b, m, g)];
     let measured = async {
-        let session = client.open_session("bench-gets-now").await?;
-        for i in 0..g {
-            for j in 0..g {
-                timed_put(&session, m.id, i, j, random_block(b, u64::from(i * 100 + j))).await?;
-            }
-        }
-        drop(session);
         read_all(client, &matrices, 1).await?;
         let cached = read_all(client, &matrices, 2).await?;
         let behind = gets_behind_puts(client, &matrices).await?;
         anyhow::Ok((cached[0], behind[0]))
     }
     .await;
-    client.delete_matrix(m.id).await?;
+    client.delete_matrix(m).await?;
     measured
+}
+
+/// A new matrix `name` of `g × g` blocks of side `b`, each put (with its
+/// own commit) from random values; its id.
+async fn filled_matrix(client: &Client, name: &str, b: usize, g: u32) -> anyhow::Result<uuid::Uuid> {
+    let side = u64::from(g) * b as u64;
+    let m = client.create_matrix(name, side, side, b as u32).await?;
+    let session = client.open_session("bench-fill").await?;
+    for i in 0..g {
+        for j in 0..g {
+            timed_put(&session, m.id, i, j, random_block(b, u64::from(i * 100 + j))).await?;
+        }
+    }
+    Ok(m.id)
 }
 
 /// Cached reads as a slave's task thread makes its first ones under

@@ -52,8 +52,10 @@ pub struct Held {
     /// task's dequeue commits with it, so a slave that dies meanwhile
     /// loses that whole task too. Over a uniformly random moment that is
     /// a whole task with probability `ending / task`: `ending` on
-    /// average. (`bench recovery`, n = 4096, b = 1024, two slaves: four
-    /// of 60 kills redid two tasks.) 0: the thesis's slave.
+    /// average. (`bench recovery`, n = 4096, b = 1024, two slaves: 6 of
+    /// 84 kills in seven runs redid two tasks. The curve this comes from,
+    /// `Params::task_ending`, is timed alone: 4 ms there, where the job's
+    /// endings took 15 ms at the median.) 0: the thesis's slave.
     pub ending_behind: f64,
 }
 
@@ -64,15 +66,15 @@ pub struct Held {
 pub fn recovery(t1: f64, n_tasks: u64, longest_task: f64, slaves: u64, t_s: f64, held: Held, slave_start: f64) -> Recovery {
     let n = n_tasks.max(1) as f64;
     let ending = held.ending_behind.max(0.0);
-    let held = if held.second_task { 2.0 } else { 1.0 };
+    let tasks_held = if held.second_task { 2.0 } else { 1.0 };
     let s = slaves.max(1) as f64;
     let restart = slave_start / s;
     let task = t1 / n;
     let restart_worst = slave_start.min(task) + (slave_start - task).max(0.0) / s;
-    let average = held * t1 / (2.0 * n) + ending + restart;
+    let average = tasks_held * t1 / (2.0 * n) + ending + restart;
     Recovery {
         average,
-        worst: held * longest_task + ending + restart_worst,
+        worst: tasks_held * longest_task + ending + restart_worst,
         restart,
         fraction_of_run: if t_s > 0.0 { average / t_s } else { 0.0 },
         queue_interval: t_s / n,
