@@ -18,7 +18,9 @@
 //! connection, first dequeue), which the thesis's term lacks: the model
 //! adds it when the parameter file has `Params::slave_start`: on average
 //! shared by the slaves (`Recovery::restart`), in the worst case whole up
-//! to one task's time.
+//! to one task's time. A task's ending at the job's block size is timed
+//! again through the cluster's node before the runs (a kill during it
+//! loses that task too).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -70,14 +72,34 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let slaves = 2u64;
     let cores = this_machine_cores();
     let options = implementation_options(App::Matmul, slaves, cores);
+
+    let started = Instant::now();
+    let mut c = Cluster::start(ClusterConfig { slaves: slaves as usize, ..ClusterConfig::default() })?;
+    // A task's ending at this block size timed again through this node,
+    // as `bench validate` does: it follows the disk's sync latency, which
+    // drifts (at b = 1024 the parameter file's 4.1 ms, 5.5–12 ms through
+    // validate's nodes within the hour), and a kill during an ending in
+    // flight loses that task too (`recovery::Held::ending_behind`).
+    let starts = c.with_client(|client| async move { crate::params_cmd::endings_now(&client, b as usize).await })?;
+    let ending = starts.1;
+    eprintln!(
+        "task ending now at b = {b}: {:.3} ms (parameter file {})",
+        ending.secs * 1e3,
+        params
+            .task_ending
+            .as_deref()
+            .filter(|c| !c.is_empty())
+            .map_or("-".into(), |c| format!("{:.3} ms", model::curves::interpolate(c, ending.units) * 1e3))
+    );
+    let params = Params {
+        task_ending: Some(model::curves::merge(params.task_ending.as_deref().unwrap_or(&[]), &[[ending.units, ending.secs]])),
+        ..params
+    };
     let pr = predict(App::Matmul, n, b, &warm(&params), &options)?;
     eprintln!(
         "matmul n={n} b={b}, {} tasks, {slaves} slaves: predicted {:.2} s; recovery average {:.3} s, worst {:.3} s",
         pr.volumes.n_tasks, pr.predicted, pr.recovery.average, pr.recovery.worst
     );
-
-    let started = Instant::now();
-    let mut c = Cluster::start(ClusterConfig { slaves: slaves as usize, ..ClusterConfig::default() })?;
     c.create_matrix("A", n, b as u32, "random", 1)?;
     c.create_matrix("B", n, b as u32, "random", 2)?;
     let job = |c: &Cluster, run: usize| -> anyhow::Result<uuid::Uuid> { c.submit(&["matmul", "A", "B", "--out", &format!("C{run}")]) };
