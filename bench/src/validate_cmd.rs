@@ -235,19 +235,12 @@ pub(crate) fn warm(params: &Params) -> Params {
 /// latency, piecewise kernel rates.
 fn thesis_params(params: &Params) -> Params {
     Params {
-        task_overhead: None,
-        task_wake: None,
-        task_start_behind: None,
-        task_ending: None,
-        dag_release: None,
-        dag_release_per_counter: None,
-        job_latency: None,
         kernels: None,
         disk_put_overwrite: None,
         local_get: None,
         local_get_behind: None,
         ray_profile: None,
-        ..warm(params)
+        ..warm(params).without_task_costs()
     }
 }
 
@@ -316,6 +309,8 @@ struct Point {
     times: TaskTimes,
     /// The same kernels at the rates timed alone (the model's), seconds.
     kernels_alone: f64,
+    /// The prediction split into compute, transfers and per-task costs.
+    parts: model::Parts,
 }
 
 impl Point {
@@ -644,6 +639,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 runs,
                 times: r.times,
                 kernels_alone: kernels_alone(case.model, case.n, b, &now)?,
+                parts: model::parts(case.model, case.n, b, &ext_p, &ext_opts_for(case.model, s))?,
             };
             eprintln!(
                 "{:<9} n={:<5} b={:<5} s={s}: measured {:>7.2} s, predicted {:>7.2} s ({:+.1} %), thesis model {:>7.2} s ({:+.1} %){}",
@@ -678,6 +674,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let wall = started.elapsed().as_secs_f64();
 
     print_table(&points);
+    print_parts(&points);
     if let Some(path) = &args.plot {
         plot(&points, path).with_context(|| format!("drawing {}", path.display()))?;
         eprintln!("plot written to {}", path.display());
@@ -691,7 +688,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                        "thesis_predicted": p.thesis.predicted, "error": p.err(), "thesis_error": p.thesis_err(),
                        "store_cpu": p.store_cpu, "slaves_cpu": p.slaves_cpu, "other_cpu": p.other_cpu, "load": p.load, "ok": p.ok,
                        "runs": p.runs, "spread": p.spread(), "kernels": p.times.kernels, "kernels_alone": p.kernels_alone,
-                       "core_wait": p.times.core_wait, "block_wait": p.times.block_wait, "small_wait": p.times.small_wait, "start": p.times.start})
+                       "core_wait": p.times.core_wait, "block_wait": p.times.block_wait, "small_wait": p.times.small_wait, "start": p.times.start,
+                       "model_compute": p.parts.compute, "model_transfers": p.parts.transfers, "model_task_costs": p.parts.task_costs})
             })
             .collect();
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
@@ -778,6 +776,36 @@ fn print_table(points: &[Point]) {
         );
     }
     println!("(measured: the fastest run; spread: how much slower the slowest run was; store, slaves: CPU used during the job as % of one core; other: CPU of everything else meanwhile (kernel threads such as kdamond, other processes, time the host took); load: 1-min load average before the job; kernels: how much longer the job's kernels took than the same kernels timed alone; wait: seconds its task threads were runnable but waited for a core)");
+}
+
+/// Where each point's time went, per slave: the fastest run's task
+/// records against the prediction's parts (`model::parts`). They do not
+/// match one to one: a read the model hides may still be waited for, and
+/// a put a barrier waits for is a transfer to the model and "rest" here.
+fn print_parts(points: &[Point]) {
+    println!();
+    println!(
+        "{:<9} {:>5} {:>2} | {:>8} {:>8} {:>8} {:>8} | {:>8} {:>9} {:>8}",
+        "app", "b", "s", "kernels", "blocks", "starts", "rest", "compute", "transfers", "tasks"
+    );
+    for p in points.iter().filter(|p| p.times.kernels > 0.0) {
+        let s = p.slaves.max(1) as f64;
+        let (kernels, blocks, starts) = (p.times.kernels / s, p.times.block_wait / s, (p.times.start + p.times.small_wait) / s);
+        println!(
+            "{:<9} {:>5} {:>2} | {:>7.2}s {:>7.2}s {:>7.2}s {:>7.2}s | {:>7.2}s {:>8.2}s {:>7.2}s",
+            p.app,
+            p.b,
+            p.slaves,
+            kernels,
+            blocks,
+            starts,
+            p.measured - kernels - blocks - starts,
+            p.parts.compute,
+            p.parts.transfers,
+            p.parts.task_costs
+        );
+    }
+    println!("(per slave, seconds. Measured, from the fastest run's task records: time in kernels, waiting for block reads, from begin to dequeued plus small reads (a start behind the previous ending, a dag's counters, waits at barriers), and the rest of the run. Model: the prediction with transfers free and no per-task costs (kernels, their slow-down, idle time in the schedule), what transfers add, what per-task costs and the job's latency add)");
 }
 
 /// Registers a system TrueType font for plotters' text (it has none built

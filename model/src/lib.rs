@@ -56,6 +56,7 @@ pub mod lu;
 pub mod matmul;
 mod options;
 mod params;
+mod parts;
 mod predict;
 mod primitives;
 pub mod raytrace;
@@ -73,6 +74,7 @@ pub use params::{
     Bsp, Params, Piecewise, ELEMENT_BYTES, IMPLEMENTATION_PIXEL_BYTES, MB, MFLOP, ONE_BLOCK_AHEAD_OF_PAIRS, PIXEL_BYTES,
     SLAVE_PREFETCH_BYTES, THESIS_RAY_PIXEL_RATE,
 };
+pub use parts::{parts, Parts};
 pub use predict::{predict, App, Prediction, BARRIER_SHARE, DAG_RELEASE_SHARE, TASK_OVERHEAD_STORE_SHARE};
 pub use primitives::Primitives;
 pub use recovery::{Held, Recovery};

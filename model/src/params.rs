@@ -429,6 +429,25 @@ impl Params {
         }
     }
 
+    /// The same machine without this implementation's per-task costs
+    /// (extensions): no request round trips, wake-ups, starts behind
+    /// endings, release requests, per-task CPU, nor the job's latency, as
+    /// the thesis's model has none.
+    pub fn without_task_costs(&self) -> Params {
+        Params {
+            task_overhead: None,
+            task_wake: None,
+            task_start_behind: None,
+            task_ending: None,
+            dag_release: None,
+            dag_release_per_counter: None,
+            job_latency: None,
+            store_cpu_per_task: None,
+            slave_cpu_per_task: None,
+            ..self.clone()
+        }
+    }
+
     /// Checks every rate and threshold.
     pub fn validate(&self) -> Result<(), ParamsError> {
         self.multiply.validate("multiply")?;
