@@ -304,6 +304,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     };
     let pr = predict(app, args.n, args.block, &params, &options)?;
     print_prediction(&pr);
+    let parts = model::parts(app, args.n, args.block, &params, &options)?;
+    let share = |x: f64| 100.0 * x / pr.predicted.max(1e-12);
+    println!(
+        "  of the prediction: compute {:.2} s ({:.0} %), transfers {:.2} s ({:.0} %), per-task costs {:.2} s ({:.0} %)",
+        parts.compute,
+        share(parts.compute),
+        parts.transfers,
+        share(parts.transfers),
+        parts.task_costs,
+        share(parts.task_costs)
+    );
     let recommended = if args.sweep { Some(sweep(app, &args, &params, &options)?) } else { None };
 
     let extra = || {
@@ -328,6 +339,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     figure("model_memory_per_slave", pr.memory_per_slave / (1024.0 * 1024.0), "MiB");
     figure("model_recovery_average", pr.recovery.average, "s");
     figure("model_recovery_worst", pr.recovery.worst, "s");
+    figure("model_part_compute", parts.compute, "s");
+    figure("model_part_transfers", parts.transfers, "s");
+    figure("model_part_task_costs", parts.task_costs, "s");
     if let Some(b) = recommended {
         let mut e = extra();
         e.push(("memory_mib_per_slave", json!(args.memory_mib)));
