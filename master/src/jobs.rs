@@ -432,6 +432,7 @@ pub(crate) fn print_task_times(s: &JobStatus) {
             "  and {:.2} s between the tasks' begins and their dequeues' answers (round trips behind the previous task's ending, waits at barriers)",
             t.start
         );
+        println!("  and {:.2} s, once computed, waiting for the previous task's ending (puts, record, commit) to finish", t.settle);
     }
 }
 

@@ -126,6 +126,14 @@ fn a_job_runs_to_the_end_without_the_cli_and_a_new_cli_sees_it() {
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or_else(|| panic!("no begin-to-dequeue time in {status}"));
     assert!(starting > 0.0, "{status}");
+    // And how long, once computed, they waited for the previous ending.
+    let settling = status
+        .lines()
+        .find(|l| l.contains("waiting for the previous task's ending"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no wait for endings in {status}"));
+    assert!(settling >= 0.0 && settling.is_finite(), "{status}");
     assert!(master_ok(s, &["jobs"]).contains(&job));
 }
 

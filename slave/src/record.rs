@@ -75,6 +75,12 @@ pub struct TaskDone {
     /// previous task's ending, and any wait for the bag (a barrier).
     #[serde(default)]
     pub start_us: u64,
+    /// Microseconds the slave waited, once this task was computed, for the
+    /// previous task's ending (its puts, record and commit, written
+    /// behind) to finish before this task's could start: a slave keeps
+    /// one ending in flight.
+    #[serde(default)]
+    pub settle_us: u64,
 }
 
 /// Where committed tasks' time went, summed over their records, seconds.
@@ -86,6 +92,8 @@ pub struct TaskTimes {
     pub small_wait: f64,
     /// Begins and dequeues ([`TaskDone::start_us`]).
     pub start: f64,
+    /// Waits for the previous task's ending ([`TaskDone::settle_us`]).
+    pub settle: f64,
 }
 
 impl TaskTimes {
@@ -97,6 +105,7 @@ impl TaskTimes {
             block_wait: t.block_wait + s(d.block_wait_us),
             small_wait: t.small_wait + s(d.small_wait_us),
             start: t.start + s(d.start_us),
+            settle: t.settle + s(d.settle_us),
         })
     }
 }
@@ -150,11 +159,12 @@ mod tests {
             block_wait_us: 10,
             small_wait_us: 20,
             start_us: 300,
+            settle_us: 400,
             ..TaskDone::default()
         };
         let old: TaskDone =
             serde_json::from_str(r#"{"count":1,"flops":2.0,"slave":"s","attempts":0,"finished_ms":1,"compute_ms":3}"#).unwrap();
         let t = TaskTimes::of([&a, &old, &a]);
-        assert_eq!(t, TaskTimes { kernels: 3.0, core_wait: 0.5, block_wait: 20e-6, small_wait: 40e-6, start: 600e-6 });
+        assert_eq!(t, TaskTimes { kernels: 3.0, core_wait: 0.5, block_wait: 20e-6, small_wait: 40e-6, start: 600e-6, settle: 800e-6 });
     }
 }

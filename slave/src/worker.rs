@@ -300,25 +300,28 @@ impl Slave {
         match outcome {
             Ok(outcome) => {
                 self.kill.reached(KillPlace::Computed);
+                let computed = started.elapsed();
+                // One ending at a time: the slave holds at most one task's
+                // unfinished writes besides the running task's.
+                let waited = Instant::now();
+                self.settle().await?;
+                let settled = waited.elapsed();
+                tracing::debug!(ms = settled.as_secs_f64() * 1e3, "previous ending settled");
                 let done = TaskDone {
                     count: 0,
                     flops: outcome.flops,
                     slave: self.config.name.clone(),
                     attempts: task.attempts,
                     finished_ms: 0,
-                    compute_ms: started.elapsed().as_millis() as u64,
+                    compute_ms: computed.as_millis() as u64,
                     kernel_us: kernels.as_micros() as u64,
                     core_wait_us: core_wait.as_micros() as u64,
                     block_wait_us: (waits.prefetched_wait + waits.in_open_wait).as_micros() as u64,
                     small_wait_us: waits.small_wait.as_micros() as u64,
                     start_us: start.as_micros() as u64,
+                    settle_us: settled.as_micros() as u64,
                 };
                 let key = record::done_key(id, bag_index, task.seq);
-                // One ending at a time: the slave holds at most one task's
-                // unfinished writes besides the running task's.
-                let waited = Instant::now();
-                self.settle().await?;
-                tracing::debug!(ms = waited.elapsed().as_secs_f64() * 1e3, "previous ending settled");
                 let ending = Ending { session: self.session.clone(), job: id, action, writes, key, done, task, kill: self.kill.clone() };
                 self.finishing = Some(tokio::spawn(finish_task(ending)));
                 Ok(())
