@@ -688,7 +688,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                        "thesis_predicted": p.thesis.predicted, "error": p.err(), "thesis_error": p.thesis_err(),
                        "store_cpu": p.store_cpu, "slaves_cpu": p.slaves_cpu, "other_cpu": p.other_cpu, "load": p.load, "ok": p.ok,
                        "runs": p.runs, "spread": p.spread(), "kernels": p.times.kernels, "kernels_alone": p.kernels_alone,
-                       "core_wait": p.times.core_wait, "block_wait": p.times.block_wait, "small_wait": p.times.small_wait, "start": p.times.start, "settle": p.times.settle,
+                       "core_wait": p.times.core_wait, "block_wait": p.times.block_wait, "small_wait": p.times.small_wait, "start": p.times.start, "settle": p.times.settle, "handoff": p.times.handoff,
                        "model_compute": p.parts.compute, "model_transfers": p.parts.transfers, "model_task_costs": p.parts.task_costs})
             })
             .collect();
@@ -785,15 +785,15 @@ fn print_table(points: &[Point]) {
 fn print_parts(points: &[Point]) {
     println!();
     println!(
-        "{:<9} {:>5} {:>2} | {:>8} {:>8} {:>8} {:>8} {:>8} | {:>8} {:>9} {:>8}",
-        "app", "b", "s", "kernels", "blocks", "starts", "endings", "rest", "compute", "transfers", "tasks"
+        "{:<9} {:>5} {:>2} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>8} {:>9} {:>8}",
+        "app", "b", "s", "kernels", "blocks", "starts", "endings", "handoffs", "rest", "compute", "transfers", "tasks"
     );
     for p in points.iter().filter(|p| p.times.kernels > 0.0) {
         let s = p.slaves.max(1) as f64;
         let (kernels, blocks, starts) = (p.times.kernels / s, p.times.block_wait / s, (p.times.start + p.times.small_wait) / s);
-        let endings = p.times.settle / s;
+        let (endings, handoffs) = (p.times.settle / s, p.times.handoff / s);
         println!(
-            "{:<9} {:>5} {:>2} | {:>7.2}s {:>7.2}s {:>7.2}s {:>7.2}s {:>7.2}s | {:>7.2}s {:>8.2}s {:>7.2}s",
+            "{:<9} {:>5} {:>2} | {:>7.2}s {:>7.2}s {:>7.2}s {:>7.2}s {:>7.2}s {:>7.2}s | {:>7.2}s {:>8.2}s {:>7.2}s",
             p.app,
             p.b,
             p.slaves,
@@ -801,13 +801,14 @@ fn print_parts(points: &[Point]) {
             blocks,
             starts,
             endings,
-            p.measured - kernels - blocks - starts - endings,
+            handoffs,
+            p.measured - kernels - blocks - starts - endings - handoffs,
             p.parts.compute,
             p.parts.transfers,
             p.parts.task_costs
         );
     }
-    println!("(per slave, seconds. Measured, from the fastest run's task records: time in kernels, waiting for block reads, from begin to dequeued plus small reads (a start behind the previous ending, a dag's counters, waits at barriers), once computed waiting for the previous task's ending (a slave keeps one in flight), and the rest of the run. Model: the prediction with transfers free and no per-task costs (kernels, their slow-down, idle time in the schedule), what transfers add, what per-task costs and the job's latency add)");
+    println!("(per slave, seconds. Measured, from the fastest run's task records: time in kernels, waiting for block reads, from begin to dequeued plus small reads (a start behind the previous ending, a dag's counters, waits at barriers), once computed waiting for the previous task's ending (a slave keeps one in flight), handing each task to its compute thread and back, and the rest of the run. Model: the prediction with transfers free and no per-task costs (kernels, their slow-down, idle time in the schedule), what transfers add, what per-task costs and the job's latency add)");
 }
 
 /// Registers a system TrueType font for plotters' text (it has none built

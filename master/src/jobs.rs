@@ -433,6 +433,7 @@ pub(crate) fn print_task_times(s: &JobStatus) {
             t.start
         );
         println!("  and {:.2} s, once computed, waiting for the previous task's ending (puts, record, commit) to finish", t.settle);
+        println!("  and {:.2} s handing the tasks to their compute threads and back", t.handoff);
     }
 }
 

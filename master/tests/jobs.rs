@@ -134,6 +134,15 @@ fn a_job_runs_to_the_end_without_the_cli_and_a_new_cli_sees_it() {
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or_else(|| panic!("no wait for endings in {status}"));
     assert!(settling >= 0.0 && settling.is_finite(), "{status}");
+    // Every task went to its compute thread and back (microseconds each
+    // here, so the sum may print as 0.00).
+    let handing = status
+        .lines()
+        .find(|l| l.contains("handing the tasks to their compute threads"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no hand-off time in {status}"));
+    assert!(handing >= 0.0 && handing.is_finite(), "{status}");
     assert!(master_ok(s, &["jobs"]).contains(&job));
 }
 

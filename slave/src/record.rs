@@ -81,6 +81,13 @@ pub struct TaskDone {
     /// one ending in flight.
     #[serde(default)]
     pub settle_us: u64,
+    /// Microseconds the task took to reach its compute thread and, done
+    /// there, to be taken up again by the slave's runtime: a hand-off
+    /// that takes tens of microseconds on an idle slave and up to half a
+    /// millisecond in jobs, whose runtime is busy with the previous
+    /// ending and the prefetches on cores the store node shares.
+    #[serde(default)]
+    pub handoff_us: u64,
 }
 
 /// Where committed tasks' time went, summed over their records, seconds.
@@ -94,6 +101,8 @@ pub struct TaskTimes {
     pub start: f64,
     /// Waits for the previous task's ending ([`TaskDone::settle_us`]).
     pub settle: f64,
+    /// Hand-offs to the compute thread and back ([`TaskDone::handoff_us`]).
+    pub handoff: f64,
 }
 
 impl TaskTimes {
@@ -106,6 +115,7 @@ impl TaskTimes {
             small_wait: t.small_wait + s(d.small_wait_us),
             start: t.start + s(d.start_us),
             settle: t.settle + s(d.settle_us),
+            handoff: t.handoff + s(d.handoff_us),
         })
     }
 }
@@ -160,11 +170,23 @@ mod tests {
             small_wait_us: 20,
             start_us: 300,
             settle_us: 400,
+            handoff_us: 500,
             ..TaskDone::default()
         };
         let old: TaskDone =
             serde_json::from_str(r#"{"count":1,"flops":2.0,"slave":"s","attempts":0,"finished_ms":1,"compute_ms":3}"#).unwrap();
         let t = TaskTimes::of([&a, &old, &a]);
-        assert_eq!(t, TaskTimes { kernels: 3.0, core_wait: 0.5, block_wait: 20e-6, small_wait: 40e-6, start: 600e-6, settle: 800e-6 });
+        assert_eq!(
+            t,
+            TaskTimes {
+                kernels: 3.0,
+                core_wait: 0.5,
+                block_wait: 20e-6,
+                small_wait: 40e-6,
+                start: 600e-6,
+                settle: 800e-6,
+                handoff: 1000e-6
+            }
+        );
     }
 }

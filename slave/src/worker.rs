@@ -301,6 +301,9 @@ impl Slave {
             Ok(outcome) => {
                 self.kill.reached(KillPlace::Computed);
                 let computed = started.elapsed();
+                // Into the task's thread and back: `computed` less the
+                // thread's own time.
+                let handed = computed.saturating_sub(ran.1);
                 // One ending at a time: the slave holds at most one task's
                 // unfinished writes besides the running task's.
                 let waited = Instant::now();
@@ -320,6 +323,7 @@ impl Slave {
                     small_wait_us: waits.small_wait.as_micros() as u64,
                     start_us: start.as_micros() as u64,
                     settle_us: settled.as_micros() as u64,
+                    handoff_us: handed.as_micros() as u64,
                 };
                 let key = record::done_key(id, bag_index, task.seq);
                 let ending = Ending { session: self.session.clone(), job: id, action, writes, key, done, task, kill: self.kill.clone() };
