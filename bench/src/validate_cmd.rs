@@ -311,6 +311,9 @@ struct Point {
     kernels_alone: f64,
     /// The prediction split into compute, transfers and per-task costs.
     parts: model::Parts,
+    /// A task's ending as the model prices it at this point
+    /// (`Params::task_ending` at a block's bytes), seconds.
+    model_ending: Option<f64>,
 }
 
 impl Point {
@@ -640,6 +643,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 times: r.times,
                 kernels_alone: kernels_alone(case.model, case.n, b, &now)?,
                 parts: model::parts(case.model, case.n, b, &ext_p, &ext_opts_for(case.model, s))?,
+                model_ending: now
+                    .task_ending
+                    .as_deref()
+                    .filter(|c| !c.is_empty() && case.model != App::Raytrace)
+                    .map(|c| model::curves::interpolate(c, 8.0 * (b * b) as f64)),
             };
             eprintln!(
                 "{:<9} n={:<5} b={:<5} s={s}: measured {:>7.2} s, predicted {:>7.2} s ({:+.1} %), thesis model {:>7.2} s ({:+.1} %){}",
@@ -688,7 +696,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                        "thesis_predicted": p.thesis.predicted, "error": p.err(), "thesis_error": p.thesis_err(),
                        "store_cpu": p.store_cpu, "slaves_cpu": p.slaves_cpu, "other_cpu": p.other_cpu, "load": p.load, "ok": p.ok,
                        "runs": p.runs, "spread": p.spread(), "kernels": p.times.kernels, "kernels_alone": p.kernels_alone,
-                       "core_wait": p.times.core_wait, "block_wait": p.times.block_wait, "small_wait": p.times.small_wait, "start": p.times.start, "settle": p.times.settle, "handoff": p.times.handoff,
+                       "core_wait": p.times.core_wait, "block_wait": p.times.block_wait, "small_wait": p.times.small_wait, "start": p.times.start, "settle": p.times.settle, "handoff": p.times.handoff, "mean_ending": p.times.mean_ending(), "model_ending": p.model_ending,
                        "model_compute": p.parts.compute, "model_transfers": p.parts.transfers, "model_task_costs": p.parts.task_costs})
             })
             .collect();
@@ -785,15 +793,15 @@ fn print_table(points: &[Point]) {
 fn print_parts(points: &[Point]) {
     println!();
     println!(
-        "{:<9} {:>5} {:>2} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>8} {:>9} {:>8}",
-        "app", "b", "s", "kernels", "blocks", "starts", "endings", "handoffs", "rest", "compute", "transfers", "tasks"
+        "{:<9} {:>5} {:>2} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>8} {:>9} {:>8} | {:>15}",
+        "app", "b", "s", "kernels", "blocks", "starts", "endings", "handoffs", "rest", "compute", "transfers", "tasks", "ending job/model"
     );
     for p in points.iter().filter(|p| p.times.kernels > 0.0) {
         let s = p.slaves.max(1) as f64;
         let (kernels, blocks, starts) = (p.times.kernels / s, p.times.block_wait / s, (p.times.start + p.times.small_wait) / s);
         let (endings, handoffs) = (p.times.settle / s, p.times.handoff / s);
         println!(
-            "{:<9} {:>5} {:>2} | {:>7.2}s {:>7.2}s {:>7.2}s {:>7.2}s {:>7.2}s {:>7.2}s | {:>7.2}s {:>8.2}s {:>7.2}s",
+            "{:<9} {:>5} {:>2} | {:>7.2}s {:>7.2}s {:>7.2}s {:>7.2}s {:>7.2}s {:>7.2}s | {:>7.2}s {:>8.2}s {:>7.2}s | {:>15}",
             p.app,
             p.b,
             p.slaves,
@@ -805,10 +813,11 @@ fn print_parts(points: &[Point]) {
             p.measured - kernels - blocks - starts - endings - handoffs,
             p.parts.compute,
             p.parts.transfers,
-            p.parts.task_costs
+            p.parts.task_costs,
+            format!("{:.2}/{} ms", p.times.mean_ending() * 1e3, p.model_ending.map_or("-".to_owned(), |e| format!("{:.2}", e * 1e3)))
         );
     }
-    println!("(per slave, seconds. Measured, from the fastest run's task records: time in kernels, waiting for block reads, from begin to dequeued plus small reads (a start behind the previous ending, a dag's counters, waits at barriers), once computed waiting for the previous task's ending (a slave keeps one in flight), handing each task to its compute thread and back, and the rest of the run. Model: the prediction with transfers free and no per-task costs (kernels, their slow-down, idle time in the schedule), what transfers add, what per-task costs and the job's latency add)");
+    println!("(per slave, seconds. Measured, from the fastest run's task records: time in kernels, waiting for block reads, from begin to dequeued plus small reads (a start behind the previous ending, a dag's counters, waits at barriers), once computed waiting for the previous task's ending (a slave keeps one in flight), handing each task to its compute thread and back, and the rest of the run. Model: the prediction with transfers free and no per-task costs (kernels, their slow-down, idle time in the schedule), what transfers add, what per-task costs and the job's latency add. Ending job/model: a task's ending (puts, record, commit, written behind) in the run, the mean over its records, and as the model prices it, ms)");
 }
 
 /// Registers a system TrueType font for plotters' text (it has none built

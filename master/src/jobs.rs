@@ -432,7 +432,11 @@ pub(crate) fn print_task_times(s: &JobStatus) {
             "  and {:.2} s between the tasks' begins and their dequeues' answers (round trips behind the previous task's ending, waits at barriers)",
             t.start
         );
-        println!("  and {:.2} s, once computed, waiting for the previous task's ending (puts, record, commit) to finish", t.settle);
+        println!(
+            "  and {:.2} s, once computed, waiting for the previous task's ending (puts, record, commit: {:.2} ms each on average) to finish",
+            t.settle,
+            t.mean_ending() * 1e3
+        );
         println!("  and {:.2} s handing the tasks to their compute threads and back", t.handoff);
     }
 }

@@ -134,6 +134,14 @@ fn a_job_runs_to_the_end_without_the_cli_and_a_new_cli_sees_it() {
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or_else(|| panic!("no wait for endings in {status}"));
     assert!(settling >= 0.0 && settling.is_finite(), "{status}");
+    // Each slave ran several of the 16 tasks, so the records hold endings
+    // (a put, a record and a synced commit each: no ending takes 0 ms).
+    let ending_ms = status
+        .split_once("commit: ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no mean ending in {status}"));
+    assert!(ending_ms > 0.0 && ending_ms.is_finite(), "{status}");
     // Every task went to its compute thread and back (microseconds each
     // here, so the sum may print as 0.00).
     let handing = status

@@ -88,6 +88,13 @@ pub struct TaskDone {
     /// ending and the prefetches on cores the store node shares.
     #[serde(default)]
     pub handoff_us: u64,
+    /// Microseconds the same slave's previous task of this job took to
+    /// end (its puts, record and commit, written behind: from its start
+    /// to its commit answered); 0 for a slave's first task of a job. A
+    /// record cannot hold its own ending, which ends with the commit that
+    /// writes it.
+    #[serde(default)]
+    pub prev_ending_us: u64,
 }
 
 /// Where committed tasks' time went, summed over their records, seconds.
@@ -103,9 +110,22 @@ pub struct TaskTimes {
     pub settle: f64,
     /// Hand-offs to the compute thread and back ([`TaskDone::handoff_us`]).
     pub handoff: f64,
+    /// Endings recorded ([`TaskDone::prev_ending_us`]), their sum in
+    /// seconds and how many there are.
+    pub endings: f64,
+    pub endings_n: u64,
 }
 
 impl TaskTimes {
+    /// The mean recorded ending, seconds (0 with none).
+    pub fn mean_ending(&self) -> f64 {
+        if self.endings_n == 0 {
+            0.0
+        } else {
+            self.endings / self.endings_n as f64
+        }
+    }
+
     pub fn of<'a>(done: impl IntoIterator<Item = &'a TaskDone>) -> TaskTimes {
         let s = |us: u64| us as f64 / 1e6;
         done.into_iter().fold(TaskTimes::default(), |t, d| TaskTimes {
@@ -116,6 +136,8 @@ impl TaskTimes {
             start: t.start + s(d.start_us),
             settle: t.settle + s(d.settle_us),
             handoff: t.handoff + s(d.handoff_us),
+            endings: t.endings + s(d.prev_ending_us),
+            endings_n: t.endings_n + u64::from(d.prev_ending_us > 0),
         })
     }
 }
@@ -171,6 +193,7 @@ mod tests {
             start_us: 300,
             settle_us: 400,
             handoff_us: 500,
+            prev_ending_us: 3000,
             ..TaskDone::default()
         };
         let old: TaskDone =
@@ -185,8 +208,11 @@ mod tests {
                 small_wait: 40e-6,
                 start: 600e-6,
                 settle: 800e-6,
-                handoff: 1000e-6
+                handoff: 1000e-6,
+                endings: 6000e-6,
+                endings_n: 2
             }
         );
+        assert!((t.mean_ending() - 3e-3).abs() < 1e-12, "the old record has none: not counted");
     }
 }

@@ -72,8 +72,12 @@ struct Slave {
     client: Client,
     session: Session,
     /// The previous task's ending (its block puts, record, commit), still
-    /// running while this slave starts the next task. At most one.
-    finishing: Option<tokio::task::JoinHandle<Result<(), StoreError>>>,
+    /// running while this slave starts the next task. At most one. It
+    /// answers how long it took.
+    finishing: Option<tokio::task::JoinHandle<Result<Duration, StoreError>>>,
+    /// How long the last ending settled took, for the next task's record
+    /// (`TaskDone::prev_ending_us`); cleared at each job's start.
+    last_ending: Option<Duration>,
     /// Block puts not yet finished, over both tasks (see `ctx::Writes`).
     in_flight: Arc<AtomicUsize>,
     largest_block: Arc<LargestBlock>,
@@ -93,6 +97,7 @@ impl Slave {
             client,
             session,
             finishing: None,
+            last_ending: None,
             in_flight: Arc::new(AtomicUsize::new(0)),
             largest_block: Arc::default(),
             submitted: 0,
@@ -129,6 +134,7 @@ impl Slave {
         let id = job.id();
         tracing::info!(%id, app = job.spec.app_name(), "working on job");
         self.largest_block.new_job();
+        self.last_ending = None;
         for (index, bag) in job.bags.iter().enumerate() {
             loop {
                 let asked = Instant::now();
@@ -208,7 +214,9 @@ impl Slave {
     /// action was aborted (fencing) is not an error: the task is redone.
     async fn settle(&mut self) -> Result<(), StoreError> {
         let Some(h) = self.finishing.take() else { return Ok(()) };
-        h.await.map_err(|e| StoreError::StoreUnavailable { what: format!("task commit failed: {e}") })?
+        let took = h.await.map_err(|e| StoreError::StoreUnavailable { what: format!("task commit failed: {e}") })??;
+        self.last_ending = Some(took);
+        Ok(())
     }
 
     /// The oldest job that has neither finished nor failed. Two scans
@@ -324,10 +332,14 @@ impl Slave {
                     start_us: start.as_micros() as u64,
                     settle_us: settled.as_micros() as u64,
                     handoff_us: handed.as_micros() as u64,
+                    prev_ending_us: self.last_ending.take().map_or(0, |d| d.as_micros() as u64),
                 };
                 let key = record::done_key(id, bag_index, task.seq);
                 let ending = Ending { session: self.session.clone(), job: id, action, writes, key, done, task, kill: self.kill.clone() };
-                self.finishing = Some(tokio::spawn(finish_task(ending)));
+                self.finishing = Some(tokio::spawn(async move {
+                    let began = Instant::now();
+                    finish_task(ending).await.map(|()| began.elapsed())
+                }));
                 Ok(())
             }
             Err(e) => match e.class() {
