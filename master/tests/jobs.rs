@@ -111,47 +111,44 @@ fn a_job_runs_to_the_end_without_the_cli_and_a_new_cli_sees_it() {
     assert!(status.contains("succeeded") && status.contains("16/16"), "{status}");
     // The slaves' task records say how long their kernels ran, so status
     // gives the rate while in them.
-    let in_kernels = status
-        .split_once("s in kernels (")
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no kernel rate in {status}"));
+    let in_kernels = number_after(&status, "s in kernels (");
     assert!(in_kernels > 0.0 && in_kernels.is_finite(), "{status}");
     assert!(status.contains("and waiting for reads:") && status.contains("s for blocks"), "{status}");
     // Every task began and was dequeued: at least a round trip each.
-    let starting = status
-        .lines()
-        .find(|l| l.contains("between the tasks' begins"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no begin-to-dequeue time in {status}"));
-    assert!(starting > 0.0, "{status}");
+    assert!(seconds_on_line(&status, "between the tasks' begins") > 0.0, "{status}");
     // And how long, once computed, they waited for the previous ending.
-    let settling = status
-        .lines()
-        .find(|l| l.contains("waiting for the previous task's ending"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no wait for endings in {status}"));
+    let settling = seconds_on_line(&status, "waiting for the previous task's ending");
     assert!(settling >= 0.0 && settling.is_finite(), "{status}");
     // Each slave ran several of the 16 tasks, so the records hold endings
     // (a put, a record and a synced commit each: no ending takes 0 ms).
-    let ending_ms = status
-        .split_once("commit: ")
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no mean ending in {status}"));
+    let ending_ms = number_after(&status, "commit: ");
     assert!(ending_ms > 0.0 && ending_ms.is_finite(), "{status}");
     // Every task went to its compute thread and back (microseconds each
     // here, so the sum may print as 0.00).
-    let handing = status
-        .lines()
-        .find(|l| l.contains("handing the tasks to their compute threads"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no hand-off time in {status}"));
+    let handing = seconds_on_line(&status, "handing the tasks to their compute threads");
     assert!(handing >= 0.0 && handing.is_finite(), "{status}");
     assert!(master_ok(s, &["jobs"]).contains(&job));
+}
+
+/// The number right after `marker` in `status`; panics, showing it, if
+/// there is none.
+fn number_after(status: &str, marker: &str) -> f64 {
+    status
+        .split_once(marker)
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no number after {marker:?} in {status}"))
+}
+
+/// The seconds a `master status` line containing `marker` starts with
+/// ("  and 0.12 s ..."); panics, showing the status, if there is none.
+fn seconds_on_line(status: &str, marker: &str) -> f64 {
+    status
+        .lines()
+        .find(|l| l.contains(marker))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no line with {marker:?} and its seconds in {status}"))
 }
 
 #[test]
