@@ -645,6 +645,18 @@ pub(crate) async fn endings_now(client: &Client, b: usize) -> anyhow::Result<(Po
     Ok((starts[0], endings[0]))
 }
 
+/// `curve` with `p`, measured again, in place of its point at the same
+/// size (`model::curves::merge`).
+pub(crate) fn merged(curve: Option<&[[f64; 2]]>, p: Point) -> Option<Vec<[f64; 2]>> {
+    Some(model::curves::merge(curve.unwrap_or(&[]), &[[p.units, p.secs]]))
+}
+
+/// A measured curve's milliseconds at `units`, for printing beside a
+/// figure measured again ("-" without the curve).
+pub(crate) fn ms_at(curve: Option<&[[f64; 2]]>, units: f64) -> String {
+    curve.filter(|c| !c.is_empty()).map_or("-".to_owned(), |c| format!("{:.3}", model::curves::interpolate(c, units) * 1e3))
+}
+
 /// Everything measured through the store node and the loopback.
 struct StoreSweep {
     network: Vec<Point>,

@@ -80,21 +80,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     // drifts (at b = 1024 the parameter file's 4.1 ms, 5.5–12 ms through
     // validate's nodes within the hour), and a kill during an ending in
     // flight loses that task too (`recovery::Held::ending_behind`).
-    let starts = c.with_client(|client| async move { crate::params_cmd::endings_now(&client, b as usize).await })?;
-    let ending = starts.1;
+    let (_, ending) = c.with_client(|client| async move { crate::params_cmd::endings_now(&client, b as usize).await })?;
     eprintln!(
-        "task ending now at b = {b}: {:.3} ms (parameter file {})",
+        "task ending now at b = {b}: {:.3} ms (parameter file {} ms)",
         ending.secs * 1e3,
-        params
-            .task_ending
-            .as_deref()
-            .filter(|c| !c.is_empty())
-            .map_or("-".into(), |c| format!("{:.3} ms", model::curves::interpolate(c, ending.units) * 1e3))
+        crate::params_cmd::ms_at(params.task_ending.as_deref(), ending.units)
     );
-    let params = Params {
-        task_ending: Some(model::curves::merge(params.task_ending.as_deref().unwrap_or(&[]), &[[ending.units, ending.secs]])),
-        ..params
-    };
+    let params = Params { task_ending: crate::params_cmd::merged(params.task_ending.as_deref(), ending), ..params };
     let pr = predict(App::Matmul, n, b, &warm(&params), &options)?;
     eprintln!(
         "matmul n={n} b={b}, {} tasks, {slaves} slaves: predicted {:.2} s; recovery average {:.3} s, worst {:.3} s",

@@ -255,16 +255,7 @@ fn kernels_alone(app: App, n: u64, b: u64, params: &Params) -> anyhow::Result<f6
     if app == App::Raytrace {
         return Ok(0.0);
     }
-    let free = model::Piecewise::new(1e30, 0.0);
-    let p = Params {
-        network: free,
-        disk_get: free,
-        disk_get_cached: None,
-        disk_put: free,
-        disk_put_cached: None,
-        kernels: params.kernels.clone(),
-        ..thesis_params(params)
-    };
+    let p = Params { kernels: params.kernels.clone(), ..thesis_params(params).with_free_transfers() };
     let opts = Options { shared_cpu: None, slave_overlap: false, ..implementation_options(app, 1, 1) };
     Ok(predict(app, n, b, &p, &opts)?.t1)
 }
@@ -421,19 +412,13 @@ fn rates_now(cluster: &Cluster, case: &Case, b: u64, params: &Params, quick: boo
         eprintln!("kernels now at b = {b}: gemm {:.1} Gflop/s (parameter file {:.1})", gemm(&kernels), gemm(&file));
         let costs = cluster.with_client(|c| async move { crate::params_cmd::task_costs_now(&c, quick).await })?;
         let (start_behind, ending) = cluster.with_client(|c| async move { crate::params_cmd::endings_now(&c, b as usize).await })?;
-        let at = |curve: Option<&[[f64; 2]]>| {
-            curve.filter(|c| !c.is_empty()).map_or("-".to_owned(), |c| format!("{:.3}", model::curves::interpolate(c, ending.units) * 1e3))
-        };
         eprintln!(
             "task ending now at b = {b}: {:.3} ms, a start behind it {:.3} ms more (parameter file {}, {})",
             ending.secs * 1e3,
             start_behind.secs * 1e3,
-            at(params.task_ending.as_deref()),
-            at(params.task_start_behind.as_deref())
+            crate::params_cmd::ms_at(params.task_ending.as_deref(), ending.units),
+            crate::params_cmd::ms_at(params.task_start_behind.as_deref(), ending.units)
         );
-        let merged = |curve: &Option<Vec<[f64; 2]>>, p: crate::params_cmd::Point| {
-            Some(model::curves::merge(curve.as_deref().unwrap_or(&[]), &[[p.units, p.secs]]))
-        };
         let (get, get_behind) = cluster.with_client(|c| async move { crate::params_cmd::gets_now(&c, b as usize).await })?;
         let file_ms = |p: Option<model::Piecewise>| p.map_or("-".to_owned(), |p| format!("{:.3}", p.cost(get.units) * 1e3));
         eprintln!(
@@ -463,8 +448,8 @@ fn rates_now(cluster: &Cluster, case: &Case, b: u64, params: &Params, quick: boo
             task_wake: Some(costs.wake),
             dag_release: Some(costs.release),
             dag_release_per_counter: Some(costs.release_per_counter),
-            task_ending: merged(&params.task_ending, ending),
-            task_start_behind: merged(&params.task_start_behind, start_behind),
+            task_ending: crate::params_cmd::merged(params.task_ending.as_deref(), ending),
+            task_start_behind: crate::params_cmd::merged(params.task_start_behind.as_deref(), start_behind),
             local_get: through(get),
             local_get_behind: through(get_behind),
             ..params.clone()

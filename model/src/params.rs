@@ -448,6 +448,24 @@ impl Params {
         }
     }
 
+    /// The same machine with every block and pixel transfer free: no
+    /// network, disk or local get costs, nor the store's CPU per get.
+    pub fn with_free_transfers(&self) -> Params {
+        const FREE: Piecewise = Piecewise { bandwidth: 1e30, threshold: 0.0 };
+        Params {
+            network: FREE,
+            disk_get: FREE,
+            disk_get_cached: None,
+            disk_put: FREE,
+            disk_put_cached: None,
+            disk_put_overwrite: None,
+            local_get: None,
+            local_get_behind: None,
+            store_cpu_per_get: None,
+            ..self.clone()
+        }
+    }
+
     /// Checks every rate and threshold.
     pub fn validate(&self) -> Result<(), ParamsError> {
         self.multiply.validate("multiply")?;

@@ -4,7 +4,7 @@
 //! The thesis compared only totals; a total within 10 % can hide two
 //! errors that cancel, and a miss does not say which cost is wrong.
 
-use crate::params::{Params, Piecewise};
+use crate::params::Params;
 use crate::predict::{predict, App};
 use crate::{ModelError, Options};
 
@@ -29,26 +29,12 @@ pub struct Parts {
     pub task_costs: f64,
 }
 
-/// A transfer rate that costs nothing.
-const FREE: Piecewise = Piecewise { bandwidth: 1e30, threshold: 0.0 };
-
 /// [`predict`]'s point prediction for the same run, split into [`Parts`].
 pub fn parts(app: App, n: u64, b: u64, params: &Params, options: &Options) -> Result<Parts, ModelError> {
     let total = predict(app, n, b, params, options)?.predicted;
     let no_task_costs = params.without_task_costs();
     let with_transfers = predict(app, n, b, &no_task_costs, options)?.predicted;
-    let compute_only = Params {
-        network: FREE,
-        disk_get: FREE,
-        disk_get_cached: None,
-        disk_put: FREE,
-        disk_put_cached: None,
-        disk_put_overwrite: None,
-        local_get: None,
-        local_get_behind: None,
-        store_cpu_per_get: None,
-        ..no_task_costs
-    };
+    let compute_only = no_task_costs.with_free_transfers();
     let compute = predict(app, n, b, &compute_only, options)?.predicted;
     Ok(Parts { compute, transfers: with_transfers - compute, task_costs: total - with_transfers })
 }
@@ -56,6 +42,7 @@ pub fn parts(app: App, n: u64, b: u64, params: &Params, options: &Options) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::params::Piecewise;
 
     /// The parts add up to the prediction; with no per-task costs in the
     /// parameters that part is zero, with free transfers the transfer
