@@ -12,29 +12,11 @@ fn param_sets() -> Vec<Params> {
     vec![Params::thesis_fast(), Params::thesis_hp(), Params::thesis_atm().with_add_rate(4.5e6)]
 }
 
-const INF: Options = Options {
-    slaves: u64::MAX,
-    matmul_caching: MatmulCaching::None,
-    cholesky_caching: CholeskyCaching::None,
-    server_double_buffer: false,
-    slave_overlap: false,
-    slave_overlap_share: 1.0,
-    slave_prefetch_bytes: 0.0,
-    prefetch_within_task: false,
-    fused_update: false,
-    write_behind: false,
-    slave_reads: false,
-    diagonal_syrk: false,
-    lu_parallel_solves: false,
-    simulate_dag: false,
-    simulate_steps: false,
-    store_nodes: 1,
-    shared_cpu: None,
-    use_bsp: false,
-    cached_puts: false,
-    raytrace_task_overhead: 0.0,
-    pixel_bytes: model::PIXEL_BYTES,
-};
+/// Unlimited slaves, the thesis's organisation otherwise: the runs whose
+/// `T∞` the closed forms give.
+fn inf() -> Options {
+    Options { slaves: u64::MAX, ..Options::default() }
+}
 
 fn run(app: App, p: u64, b: u64, params: &Params, o: &Options) -> (f64, Bounds) {
     let pr = predict(app, p * b, b, params, o).unwrap();
@@ -93,10 +75,10 @@ fn cholesky_is_3_18_and_appendix_a() {
                 assert!(close(t1, cholesky::t1_eq_3_18(&t, p)), "3.18 {v:?} p={p}");
                 assert!(inf.lwr <= inf.upr * (1.0 + 1e-12), "{v:?} p={p}: {inf:?}");
             }
-            let (_, ms1) = run(App::Cholesky(Variant::MultiStep1), p, b, &params, &INF);
+            let (_, ms1) = run(App::Cholesky(Variant::MultiStep1), p, b, &params, &inf());
             assert!(close(ms1.upr, cholesky::multi_step1_upr_inf_eq_a15(&t, p)), "A.15 p={p}");
             assert!(ms1.lwr >= cholesky::multi_step1_lwr_inf_eq_a14(&t, p) * (1.0 - 1e-12), "A.14 p={p}");
-            let (_, sb) = run(App::Cholesky(Variant::SingleBag), p, b, &params, &INF);
+            let (_, sb) = run(App::Cholesky(Variant::SingleBag), p, b, &params, &inf());
             assert!(sb.lwr >= cholesky::single_bag_lwr_inf(&t, p) * (1.0 - 1e-12), "A.7 p={p}");
             assert!(sb.upr <= cholesky::single_bag_upr_inf_eq_3_20(&t, p) * (1.0 + 1e-12), "A.10 p={p}");
             // (5.1): A.14's first term minus A.10 is (p−1)/2((p−2)(tmult+tsub) − 2tsolve).
@@ -146,7 +128,7 @@ fn lu_is_5_28_to_5_31_and_appendix_b() {
                 let (t1, _) = run(App::Lu { pivot }, p, b, &params, &Options::default());
                 let want = if pivot { lu::t1_piv_eq_b5(&t, p) } else { lu::t1_nopiv_eq_5_29(&t, p) };
                 assert!(close(t1, want), "T1 pivot={pivot} p={p}: {t1} vs {want}");
-                let (_, inf) = run(App::Lu { pivot }, p, b, &params, &INF);
+                let (_, inf) = run(App::Lu { pivot }, p, b, &params, &inf());
                 assert!(close(inf.upr, lu::upr_inf_eq_5_31(&t, p, pivot)), "5.31/B.9 pivot={pivot} p={p}");
                 assert!(inf.lwr >= lu::lwr_inf_eq_5_30(&t, p, pivot) * (1.0 - 1e-12), "5.30/B.7 pivot={pivot} p={p}");
             }
