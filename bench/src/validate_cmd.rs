@@ -305,6 +305,10 @@ struct Point {
     /// A task's ending as the model prices it at this point
     /// (`Params::task_ending` at a block's bytes), seconds.
     model_ending: Option<f64>,
+    /// The point's prediction from each timing of the rates alone
+    /// (before each pass's runs, after the last), seconds; empty with one
+    /// timing.
+    by_timing: Vec<f64>,
 }
 
 impl Point {
@@ -316,6 +320,13 @@ impl Point {
             return 0.0;
         }
         (slowest - self.measured) / self.measured
+    }
+    /// How far the predictions from the single timings of the rates lie
+    /// apart, as a share of the slowest of them (0 with one timing): how
+    /// much the host's speed moved while the point ran. A point whose
+    /// error is within it missed by no more than the host moved.
+    fn drift(&self) -> f64 {
+        drift(&self.by_timing)
     }
     /// How much longer the job's kernels took than the same kernels timed
     /// alone (0 where the app has none).
@@ -603,12 +614,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             let extended = predict(case.model, case.n, b, &ext_p, &ext_opts_for(case.model, s))?;
             // What each timing alone predicts: how much a point's error
             // owes to when its rates were timed.
+            let mut by_timing = Vec::new();
             if timings.len() > 1 {
-                let mut alone = Vec::new();
                 for rates in &timings {
-                    let t = predict(case.model, case.n, b, &warm(rates), &ext_opts_for(case.model, s))?.predicted;
-                    alone.push(format!("{t:.2} s ({:+.1} %)", 100.0 * (t - r.seconds) / r.seconds));
+                    by_timing.push(predict(case.model, case.n, b, &warm(rates), &ext_opts_for(case.model, s))?.predicted);
                 }
+                let alone: Vec<String> =
+                    by_timing.iter().map(|t| format!("{t:.2} s ({:+.1} %)", 100.0 * (t - r.seconds) / r.seconds)).collect();
                 eprintln!("  each timing of the rates alone (before the runs of each pass, after the last): {}", alone.join(", "));
             }
             let p = Point {
@@ -633,6 +645,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     .as_deref()
                     .filter(|c| !c.is_empty() && case.model != App::Raytrace)
                     .map(|c| model::curves::interpolate(c, 8.0 * (b * b) as f64)),
+                by_timing,
             };
             eprintln!(
                 "{:<9} n={:<5} b={:<5} s={s}: measured {:>7.2} s, predicted {:>7.2} s ({:+.1} %), thesis model {:>7.2} s ({:+.1} %){}",
@@ -680,7 +693,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                        "predicted": p.extended.predicted, "lwr": p.extended.t_s.lwr, "upr": p.extended.t_s.upr,
                        "thesis_predicted": p.thesis.predicted, "error": p.err(), "thesis_error": p.thesis_err(),
                        "store_cpu": p.store_cpu, "slaves_cpu": p.slaves_cpu, "other_cpu": p.other_cpu, "load": p.load, "ok": p.ok,
-                       "runs": p.runs, "spread": p.spread(), "kernels": p.times.kernels, "kernels_alone": p.kernels_alone,
+                       "runs": p.runs, "spread": p.spread(), "drift": p.drift(), "kernels": p.times.kernels, "kernels_alone": p.kernels_alone,
                        "core_wait": p.times.core_wait, "block_wait": p.times.block_wait, "small_wait": p.times.small_wait, "start": p.times.start, "settle": p.times.settle, "handoff": p.times.handoff, "mean_ending": p.times.mean_ending(), "model_ending": p.model_ending,
                        "model_compute": p.parts.compute, "model_transfers": p.parts.transfers, "model_task_costs": p.parts.task_costs})
             })
@@ -702,6 +715,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let spreads: Vec<f64> = points.iter().map(Point::spread).collect();
     fig("validate_max_run_spread", 100.0 * max(&spreads), "%", None);
     fig("validate_mean_run_spread", 100.0 * mean(&spreads), "%", None);
+    // And how far the host's speed moved under each point.
+    let drifts: Vec<f64> = points.iter().map(Point::drift).collect();
+    fig("validate_max_rate_drift", 100.0 * max(&drifts), "%", None);
+    fig("validate_mean_rate_drift", 100.0 * mean(&drifts), "%", None);
     fig("validate_thesis_model_max_abs_error", 100.0 * max(&tabs), "%", Some(10.0));
     fig("validate_thesis_model_mean_abs_error", 100.0 * mean(&tabs), "%", Some(10.0));
     for app in ["matmul", "cholesky", "lu", "raytrace"] {
@@ -724,7 +741,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 fn print_table(points: &[Point]) {
     println!();
     println!(
-        "{:<9} {:>5} {:>5} {:>2} {:>6} {:>9} {:>7} {:>9} {:>19} {:>8} {:>9} {:>8} {:>6} {:>6} {:>6} {:>5} {:>7} {:>6}",
+        "{:<9} {:>5} {:>5} {:>2} {:>6} {:>9} {:>7} {:>6} {:>9} {:>19} {:>8} {:>9} {:>8} {:>6} {:>6} {:>6} {:>5} {:>7} {:>6}",
         "app",
         "n",
         "b",
@@ -732,6 +749,7 @@ fn print_table(points: &[Point]) {
         "tasks",
         "measured",
         "spread",
+        "drift",
         "predicted",
         "band [lwr, upr]",
         "error",
@@ -746,7 +764,7 @@ fn print_table(points: &[Point]) {
     );
     for p in points {
         println!(
-            "{:<9} {:>5} {:>5} {:>2} {:>6} {:>8.2}s {:>6.1}% {:>8.2}s {:>19} {:>+7.1}% {:>8.2}s {:>+7.1}% {:>5.0}% {:>5.0}% {:>5.0}% {:>5.2} {:>7} {:>6}{}",
+            "{:<9} {:>5} {:>5} {:>2} {:>6} {:>8.2}s {:>6.1}% {:>5.1}% {:>8.2}s {:>19} {:>+7.1}% {:>8.2}s {:>+7.1}% {:>5.0}% {:>5.0}% {:>5.0}% {:>5.2} {:>7} {:>6}{}",
             p.app,
             p.n,
             p.b,
@@ -754,6 +772,7 @@ fn print_table(points: &[Point]) {
             p.extended.volumes.n_tasks,
             p.measured,
             100.0 * p.spread(),
+            100.0 * p.drift(),
             p.extended.predicted,
             format!("[{:.2}, {:.2}]", p.extended.t_s.lwr, p.extended.t_s.upr),
             100.0 * p.err(),
@@ -768,7 +787,18 @@ fn print_table(points: &[Point]) {
             if p.ok { "" } else { "  FAILED" }
         );
     }
-    println!("(measured: the fastest run; spread: how much slower the slowest run was; store, slaves: CPU used during the job as % of one core; other: CPU of everything else meanwhile (kernel threads such as kdamond, other processes, time the host took); load: 1-min load average before the job; kernels: how much longer the job's kernels took than the same kernels timed alone; wait: seconds its task threads were runnable but waited for a core)");
+    println!("(measured: the fastest run; spread: how much slower the slowest run was; drift: how far apart the predictions from each timing of the rates alone lie (timed before each pass's runs and after the last), as a share of the slowest: how much the host's speed moved meanwhile; store, slaves: CPU used during the job as % of one core; other: CPU of everything else meanwhile (kernel threads such as kdamond, other processes, time the host took); load: 1-min load average before the job; kernels: how much longer the job's kernels took than the same kernels timed alone; wait: seconds its task threads were runnable but waited for a core)");
+}
+
+/// How far `predictions` lie apart, as a share of the largest (0 for
+/// fewer than two): [`Point::drift`].
+fn drift(predictions: &[f64]) -> f64 {
+    let hi = predictions.iter().copied().fold(0.0, f64::max);
+    let lo = predictions.iter().copied().fold(f64::INFINITY, f64::min);
+    if predictions.len() < 2 || hi <= 0.0 {
+        return 0.0;
+    }
+    (hi - lo) / hi
 }
 
 /// Where each point's time went, per slave: the fastest run's task
@@ -908,6 +938,14 @@ mod tests {
         let multiplies = (n / b).pow(3) as f64;
         assert!((fast - multiplies * secs).abs() < 1e-9 * fast, "{fast} vs {}", multiplies * secs);
         assert!((slow - 2.0 * fast).abs() < 1e-9 * slow, "{slow} vs twice {fast}");
+    }
+
+    #[test]
+    fn drift_is_how_far_the_timings_predictions_lie_apart() {
+        assert_eq!(drift(&[]), 0.0);
+        assert_eq!(drift(&[2.0]), 0.0, "one timing moves nothing");
+        assert_eq!(drift(&[2.0, 2.0, 2.0]), 0.0);
+        assert!((drift(&[1.8, 2.0, 1.9]) - 0.1).abs() < 1e-12, "{}", drift(&[1.8, 2.0, 1.9]));
     }
 
     #[test]
