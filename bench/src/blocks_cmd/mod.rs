@@ -34,19 +34,25 @@
 //! the main thread cost a thread wake-up per reply: 81 µs per get of a
 //! 512-byte block against 49 µs.)
 //!
-//! Timers cover only the operations (not building the data). Each side
-//! runs `reps` times, alternating with the other, and keeps its best pass:
-//! the machine is shared, and the best pass is the least disturbed one.
+//! Timers cover only the operations (not building the data). The puts and
+//! the warm gets run `reps` passes, each cut into 16 chunks of blocks that
+//! the sides take in turns (raw, then store; store first every other
+//! chunk): each chunk gives a pair of times measured under the same host
+//! conditions, and a figure is the **median of its pairs' ratios**, with
+//! their quartiles beside it (`paired`). Until 2026-11-26 each side ran
+//! whole passes in turn and the figure was the ratio of each side's best
+//! pass; that figure is still printed (`best_pass_ratio`), and so are the
+//! best passes' rates. The cold gets still run whole passes (a chunk cannot
+//! be made cold for one side alone) and report the best pass of each side.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::FileExt;
-use std::path::Path;
+mod paired;
+mod raw;
+
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde_json::json;
-use store_client::{BlockData, Client};
+use store_client::{Action, BlockData, Client, Session};
 
 use crate::report::Figure;
 use crate::store_node::InProcess;
@@ -63,7 +69,9 @@ pub(crate) struct Args {
     /// least 2 blocks.
     #[arg(long)]
     mib: Option<usize>,
-    /// Passes per side and operation; the best is kept (default 2, quick 1).
+    /// Passes per operation (default 2, quick 1). Each pass of puts and
+    /// warm gets is cut into 16 chunks the sides take in turns; the cold
+    /// gets keep each side's best whole pass.
     #[arg(long)]
     reps: Option<usize>,
     /// Skip the cold-cache reads (they need root to write
@@ -148,7 +156,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         eprintln!("blocks bench: cannot write /proc/sys/vm/drop_caches (not root?): cold reads skipped");
     }
     eprintln!(
-        "blocks bench: store data {}, raw file in {}, {mib} MiB per size, best of {reps}",
+        "blocks bench: store data {}, raw file in {}, {mib} MiB per size, {reps} passes of {CHUNKS_PER_PASS} paired chunks",
         node.data_dir().display(),
         raw_dir.path().display()
     );
@@ -166,9 +174,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         let total = (k * block_bytes) as f64;
         let batch = (BATCH_BYTES / block_bytes).clamp(1, args.batch as usize) as u32;
         let data: std::sync::Arc<[f64]> = block_data(b as usize).into();
+        let chunks = paired::chunk_ranges(k, CHUNKS_PER_PASS);
         let raw_path = raw_dir.path().join(format!("raw-{b}.bin"));
+        let raw2_path = raw_dir.path().join(format!("raw-two-syncs-{b}.bin"));
+        let record_path = raw_dir.path().join("record.log");
 
-        // ---- puts: new blocks, then overwrites; sides alternating ----
+        // ---- puts: new blocks, then overwrites; chunks alternating ----
         let mut puts = [Puts::new(Written::New), Puts::new(Written::Over)];
         let mut matrix = None;
         for rep in 0..reps {
@@ -182,51 +193,104 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 rt.block_on(client.delete_matrix(old))?;
             }
             let m = rt.block_on(client.create_matrix(&format!("bench-blocks-{run_id}-{b}-{rep}"), b as u64, b as u64 * k as u64, b))?;
+            let session = rt.block_on(client.open_session("bench-blocks"))?;
             for p in &mut puts {
-                p.raw = p.raw.min(raw_write(&raw_path, &data, k, p.written, None)?);
-                let record = raw_dir.path().join("record.log");
-                p.raw_two_syncs = p.raw_two_syncs.min(raw_write(&raw_path, &data, k, p.written, Some(&record))?);
-                p.store = p.store.min(on_worker(&rt, store_write(client.clone(), m.id, b, data.clone(), k))?);
+                let mut raw = raw::Writer::open(&raw_path, p.written, None)?;
+                let mut raw2 = raw::Writer::open(&raw2_path, p.written, Some(&record_path))?;
+                let mut pass = [Duration::ZERO; 3];
+                for (c, range) in chunks.iter().enumerate() {
+                    let mut t = [Duration::ZERO; 3];
+                    for side in turns(c) {
+                        t[side] = match side {
+                            0 => raw.write(&data, range.len())?,
+                            1 => raw2.write(&data, range.len())?,
+                            _ => on_worker(&rt, store_write(session.clone(), m.id, b, data.clone(), range.clone()))?,
+                        };
+                    }
+                    p.raw_chunks.push(t[0]);
+                    p.raw_two_syncs_chunks.push(t[1]);
+                    p.store_chunks.push(t[2]);
+                    for (sum, t) in pass.iter_mut().zip(t) {
+                        *sum += t;
+                    }
+                }
+                p.raw = p.raw.min(pass[0]);
+                p.raw_two_syncs = p.raw_two_syncs.min(pass[1]);
+                p.store = p.store.min(pass[2]);
             }
             matrix = Some(m.id);
         }
         let m_id = matrix.expect("at least one pass");
+        std::fs::remove_file(&raw2_path).ok();
         node.restart()?;
         let client = rt.block_on(args.via.connect(&node.addr()))?;
+        let session = rt.block_on(client.open_session("bench-blocks"))?;
+        // With batches of one block the batched pass is the one-by-one pass.
+        let batches = if batch > 1 { vec![batch, 1] } else { vec![batch] };
 
-        // ---- gets: warm (page cache) then cold ----
-        let mut gets = Vec::new();
-        let mut caches = vec!["warm"];
-        if cold {
-            caches.push("cold");
-        }
-        for cache in caches {
-            let (mut raw_get, mut store_get, mut store_get_one) = (Duration::MAX, Duration::MAX, Duration::MAX);
-            // With batches of one block the batched pass is the one-by-one pass.
-            let batches = if batch > 1 { vec![batch, 1] } else { vec![batch] };
-            for _ in 0..reps {
-                if cache == "warm" {
-                    // Bring both sides fully into the page cache first.
-                    raw_read(&raw_path, b as usize, k)?;
-                    on_worker(&rt, store_read(client.clone(), m_id, b, k, batch))?;
-                } else {
-                    drop_caches()?;
+        // ---- warm gets: chunks alternating, as the puts ----
+        // Bring both sides fully into the page cache first.
+        raw::read(&raw_path, b as usize, 0..k)?;
+        let all = Reads { matrix: m_id, b, blocks: 0..k, batch };
+        on_worker(&rt, store_read(std::sync::Arc::new(rt.block_on(session.begin())?), all.clone()))?;
+        let mut warm = Gets::default();
+        for _ in 0..reps {
+            // One action per pass, as a slave's task reads under one: its
+            // begin and commit (two round trips per pass) are outside the
+            // chunks' timers.
+            let action = std::sync::Arc::new(rt.block_on(session.begin())?);
+            let mut pass = [Duration::ZERO; 3];
+            for (c, range) in chunks.iter().enumerate() {
+                let mut t = [Duration::ZERO; 3];
+                for side in turns(c) {
+                    t[side] = match side {
+                        0 => raw::read(&raw_path, b as usize, range.clone())?,
+                        s if s <= batches.len() => {
+                            let reads = Reads { matrix: m_id, b, blocks: range.clone(), batch: batches[s - 1] };
+                            on_worker(&rt, store_read(action.clone(), reads))?
+                        }
+                        _ => Duration::ZERO,
+                    };
                 }
-                raw_get = raw_get.min(raw_read(&raw_path, b as usize, k)?);
+                if batch == 1 {
+                    t[2] = t[1];
+                }
+                warm.raw_chunks.push(t[0]);
+                warm.store_chunks.push(t[1]);
+                warm.store_one_chunks.push(t[2]);
+                for (sum, t) in pass.iter_mut().zip(t) {
+                    *sum += t;
+                }
+            }
+            finish(&rt, action)?;
+            warm.raw = warm.raw.min(pass[0]);
+            warm.store = warm.store.min(pass[1]);
+            warm.store_one = warm.store_one.min(pass[2]);
+        }
+        let mut gets = vec![("warm", warm)];
+
+        // ---- cold gets: whole passes after drop_caches (a chunk could not
+        // be made cold without dropping the other side's cache too) ----
+        if cold {
+            let mut g = Gets::default();
+            for _ in 0..reps {
+                drop_caches()?;
+                g.raw = g.raw.min(raw::read(&raw_path, b as usize, 0..k)?);
                 for &per in &batches {
-                    if cache == "cold" {
-                        drop_caches()?;
-                    }
-                    let t = on_worker(&rt, store_read(client.clone(), m_id, b, k, per))?;
-                    let best = if per == batch { &mut store_get } else { &mut store_get_one };
+                    drop_caches()?;
+                    let action = std::sync::Arc::new(rt.block_on(session.begin())?);
+                    let t = on_worker(&rt, store_read(action.clone(), Reads { batch: per, ..all.clone() }))?;
+                    finish(&rt, action)?;
+                    let best = if per == batch { &mut g.store } else { &mut g.store_one };
                     *best = (*best).min(t);
                 }
             }
             if batch == 1 {
-                store_get_one = store_get;
+                g.store_one = g.store;
             }
-            gets.push((cache, raw_get, store_get, store_get_one));
+            gets.push(("cold", g));
         }
+        drop(session);
         drop(client);
         std::fs::remove_file(&raw_path).ok();
 
@@ -234,8 +298,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         // much else ran while this size was measured.
         let load = crate::store_node::load_average();
         let rate = |d: Duration| total / MIB / d.as_secs_f64();
-        let r2 = |x: f64| (x * 100.0).round() / 100.0;
-        let r1 = |x: f64| (x * 10.0).round() / 10.0;
         let common = |v: Vec<(&'static str, serde_json::Value)>| {
             let mut e = vec![
                 ("b", json!(b)),
@@ -257,47 +319,102 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     "store: begin+put_block+commit(synced) per block written before; raw: overwrite in place+fdatasync per block",
                 ),
             };
-            Figure {
-                name: "blocks.put_ratio",
-                value: r2(rate(p.store) / rate(p.raw)),
-                unit: "ratio",
-                target: Some(TARGET_PUT),
-                extra: common(vec![
-                    ("blocks_were", json!(blocks_were)),
-                    ("store_mib_s", json!(r1(rate(p.store)))),
-                    ("raw_mib_s", json!(r1(rate(p.raw)))),
-                    ("raw_two_syncs_mib_s", json!(r1(rate(p.raw_two_syncs)))),
-                    ("what", json!(what)),
-                ]),
-            }
-            .print();
+            let floor = paired::paired_ratio(&p.raw_chunks, &p.raw_two_syncs_chunks).map(|r| r2(r.median));
+            let mut extra = vec![
+                ("blocks_were", json!(blocks_were)),
+                ("store_mib_s", json!(r1(rate(p.store)))),
+                ("raw_mib_s", json!(r1(rate(p.raw)))),
+                ("raw_two_syncs_mib_s", json!(r1(rate(p.raw_two_syncs)))),
+                ("raw_two_syncs_ratio", json!(floor)),
+            ];
+            extra.push(("what", json!(what)));
+            figure("blocks.put_ratio", &p.raw_chunks, &p.store_chunks, p.raw, p.store, TARGET_PUT, common(extra));
         }
-        for (cache, raw_get, store_get, store_get_one) in gets {
-            let source = if cache == "warm" {
+        for (cache, g) in &gets {
+            let source = if *cache == "warm" {
                 "both from the page cache (store: block version files)"
             } else {
                 "both after drop_caches (store: block version files from disk)"
             };
-            for (name, batch, store_get) in [("blocks.get_ratio", batch, store_get), ("blocks.get_one_ratio", 1, store_get_one)] {
-                Figure {
-                    name,
-                    value: r2(rate(store_get) / rate(raw_get)),
-                    unit: "ratio",
-                    target: Some(TARGET_GET),
-                    extra: common(vec![
-                        ("cache", json!(cache)),
-                        ("batch", json!(batch)),
-                        ("store_mib_s", json!(r1(rate(store_get)))),
-                        ("raw_mib_s", json!(r1(rate(raw_get)))),
-                        ("what", json!(source)),
-                    ]),
-                }
-                .print();
+            for (name, batch, store, store_chunks) in
+                [("blocks.get_ratio", batch, g.store, &g.store_chunks), ("blocks.get_one_ratio", 1, g.store_one, &g.store_one_chunks)]
+            {
+                let mut extra = vec![
+                    ("cache", json!(cache)),
+                    ("batch", json!(batch)),
+                    ("store_mib_s", json!(r1(rate(store)))),
+                    ("raw_mib_s", json!(r1(rate(g.raw)))),
+                ];
+                extra.push(("what", json!(source)));
+                figure(name, &g.raw_chunks, store_chunks, g.raw, store, TARGET_GET, common(extra));
             }
         }
     }
     drop(rt);
     node.stop()
+}
+
+/// Chunks per pass, each side's pass cut into this many stretches that the
+/// sides take in turns (see `paired`).
+const CHUNKS_PER_PASS: usize = 16;
+
+/// The order in which the sides (0 raw, 1 the second raw or the batched
+/// store, 2 the store or the store one block at a time) run chunk `c`:
+/// reversed every other chunk, so that no side always runs right after
+/// another side's sync or in its cache's wake.
+fn turns(c: usize) -> [usize; 3] {
+    if c.is_multiple_of(2) {
+        [0, 1, 2]
+    } else {
+        [2, 1, 0]
+    }
+}
+
+fn r1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+fn r2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+/// The figure's `method` and spread: the paired chunks' median where the
+/// sides took turns by chunk, else the best whole pass of each side.
+fn ratio_fields(
+    raw_chunks: &[Duration],
+    store_chunks: &[Duration],
+    raw: Duration,
+    store: Duration,
+) -> Vec<(&'static str, serde_json::Value)> {
+    let best_pass = r2(raw.as_secs_f64() / store.as_secs_f64());
+    match paired::paired_ratio(raw_chunks, store_chunks) {
+        Some(p) => vec![
+            ("method", json!("median of paired chunks")),
+            ("pairs", json!(p.pairs)),
+            ("pair_p25", json!(r2(p.p25))),
+            ("pair_p75", json!(r2(p.p75))),
+            ("best_pass_ratio", json!(best_pass)),
+        ],
+        None => vec![("method", json!("best pass of each side")), ("best_pass_ratio", json!(best_pass))],
+    }
+}
+
+/// Prints one ratio figure: the paired median where there are pairs.
+fn figure(
+    name: &str,
+    raw_chunks: &[Duration],
+    store_chunks: &[Duration],
+    raw: Duration,
+    store: Duration,
+    target: f64,
+    mut extra: Vec<(&str, serde_json::Value)>,
+) {
+    extra.extend(ratio_fields(raw_chunks, store_chunks, raw, store));
+    let value = match paired::paired_ratio(raw_chunks, store_chunks) {
+        Some(p) => p.median,
+        None => raw.as_secs_f64() / store.as_secs_f64(),
+    };
+    Figure { name, value: r2(value), unit: "ratio", target: Some(target), extra }.print();
 }
 
 /// A block of distinct values (nothing compresses or dedups).
@@ -313,10 +430,6 @@ fn block_data(b: usize) -> Vec<f64> {
         .collect()
 }
 
-fn as_bytes(v: &[f64]) -> &[u8] {
-    bytemuck::cast_slice(v)
-}
-
 /// Whether a put pass writes blocks for the first time or over blocks
 /// written before (a job's usual case: Cholesky and LU update every block
 /// in place many times, a multiply accumulates into C).
@@ -326,7 +439,8 @@ enum Written {
     Over,
 }
 
-/// The best times of a put pass on each side.
+/// A put pass's times on each side: each chunk's, over every pass, and
+/// the best whole pass.
 struct Puts {
     written: Written,
     raw: Duration,
@@ -335,53 +449,47 @@ struct Puts {
     /// durable and then a pointer to it must at least pay.
     raw_two_syncs: Duration,
     store: Duration,
+    raw_chunks: Vec<Duration>,
+    raw_two_syncs_chunks: Vec<Duration>,
+    store_chunks: Vec<Duration>,
 }
 
 impl Puts {
     fn new(written: Written) -> Puts {
-        Puts { written, raw: Duration::MAX, raw_two_syncs: Duration::MAX, store: Duration::MAX }
-    }
-}
-
-/// Writes k blocks to the file from its start, `fdatasync` after each:
-/// appended to the file truncated first (new blocks) or over its old
-/// bytes in place (overwrites); with `record`, then also appends 64 bytes
-/// to that file and `fdatasync`s it, per block. Returns the time.
-fn raw_write(path: &Path, data: &[f64], k: usize, written: Written, record: Option<&Path>) -> anyhow::Result<Duration> {
-    let mut f = OpenOptions::new().create(true).write(true).truncate(matches!(written, Written::New)).open(path)?;
-    f.sync_all()?;
-    let mut log = match record {
-        Some(r) => Some(OpenOptions::new().create(true).append(true).open(r)?),
-        None => None,
-    };
-    let mut t = Duration::ZERO;
-    for _ in 0..k {
-        let t0 = Instant::now();
-        f.write_all(as_bytes(data))?;
-        f.sync_data()?;
-        if let Some(log) = &mut log {
-            log.write_all(&[0x5a; 64])?;
-            log.sync_data()?;
+        Puts {
+            written,
+            raw: Duration::MAX,
+            raw_two_syncs: Duration::MAX,
+            store: Duration::MAX,
+            raw_chunks: Vec::new(),
+            raw_two_syncs_chunks: Vec::new(),
+            store_chunks: Vec::new(),
         }
-        t += t0.elapsed();
     }
-    Ok(t)
 }
 
-/// Reads the k blocks back, each into a fresh `Vec<f64>`; returns the time.
-fn raw_read(path: &Path, b: usize, k: usize) -> anyhow::Result<Duration> {
-    let f = File::open(path)?;
-    let len = b * b * 8;
-    let mut sum = 0.0;
-    let t0 = Instant::now();
-    for j in 0..k {
-        let mut v = vec![0f64; b * b];
-        f.read_exact_at(bytemuck::cast_slice_mut(&mut v), (j * len) as u64)?;
-        sum += v[v.len() / 2];
+/// A get pass's times on each side (the store batched, and one block a
+/// request), as `Puts`'; without chunks where whole passes were timed.
+struct Gets {
+    raw: Duration,
+    store: Duration,
+    store_one: Duration,
+    raw_chunks: Vec<Duration>,
+    store_chunks: Vec<Duration>,
+    store_one_chunks: Vec<Duration>,
+}
+
+impl Default for Gets {
+    fn default() -> Gets {
+        Gets {
+            raw: Duration::MAX,
+            store: Duration::MAX,
+            store_one: Duration::MAX,
+            raw_chunks: Vec::new(),
+            store_chunks: Vec::new(),
+            store_one_chunks: Vec::new(),
+        }
     }
-    let t = t0.elapsed();
-    std::hint::black_box(sum);
-    Ok(t)
 }
 
 /// Runs `f` as a task of `rt`'s worker and waits for it.
@@ -392,12 +500,18 @@ where
     rt.block_on(rt.spawn(f))?
 }
 
-/// Writes blocks (0, j), each in its own committed action; returns the time
-/// of the operations only (the copy of the input block is outside it).
-async fn store_write(client: Client, matrix: uuid::Uuid, b: u32, data: std::sync::Arc<[f64]>, k: usize) -> anyhow::Result<Duration> {
-    let session = client.open_session("bench-blocks").await?;
+/// Writes blocks (0, j) for j in `blocks`, each in its own committed
+/// action; returns the time of the operations only (the copy of the input
+/// block is outside it).
+async fn store_write(
+    session: Session,
+    matrix: uuid::Uuid,
+    b: u32,
+    data: std::sync::Arc<[f64]>,
+    blocks: std::ops::Range<usize>,
+) -> anyhow::Result<Duration> {
     let mut t = Duration::ZERO;
-    for j in 0..k {
+    for j in blocks {
         let block = BlockData { rows: b as usize, cols: b as usize, data: data.to_vec() };
         let t0 = Instant::now();
         let action = session.begin().await?;
@@ -408,28 +522,40 @@ async fn store_write(client: Client, matrix: uuid::Uuid, b: u32, data: std::sync
     Ok(t)
 }
 
-/// Reads blocks (0, j) inside one action under read locks, `batch` to a
-/// request (1: `get_block` each); returns the time.
-async fn store_read(client: Client, matrix: uuid::Uuid, b: u32, k: usize, batch: u32) -> anyhow::Result<Duration> {
-    let session = client.open_session("bench-blocks").await?;
+/// Which blocks a store read pass takes, and how many to a request.
+#[derive(Clone)]
+struct Reads {
+    matrix: uuid::Uuid,
+    b: u32,
+    blocks: std::ops::Range<usize>,
+    /// Blocks per `get_blocks` (1: `get_block` each).
+    batch: u32,
+}
+
+/// Reads blocks (0, j) under `action`'s read locks; returns the time.
+async fn store_read(action: std::sync::Arc<Action>, r: Reads) -> anyhow::Result<Duration> {
     let t0 = Instant::now();
-    let action = session.begin().await?;
     let mut sum = 0.0;
-    let ids: Vec<(u32, u32)> = (0..k as u32).map(|j| (0, j)).collect();
-    for chunk in ids.chunks(batch as usize) {
+    let ids: Vec<(u32, u32)> = r.blocks.map(|j| (0, j as u32)).collect();
+    for chunk in ids.chunks(r.batch as usize) {
         let blocks =
-            if batch == 1 { vec![action.get_block(matrix, 0, chunk[0].1).await?] } else { action.get_blocks(matrix, chunk).await? };
+            if r.batch == 1 { vec![action.get_block(r.matrix, 0, chunk[0].1).await?] } else { action.get_blocks(r.matrix, chunk).await? };
         for (block, (_, j)) in blocks.iter().zip(chunk) {
-            if block.rows != b as usize || block.cols != b as usize {
+            if block.rows != r.b as usize || block.cols != r.b as usize {
                 bail!("block (0, {j}) came back {}x{}", block.rows, block.cols);
             }
             sum += block.data[block.data.len() / 2];
         }
     }
-    action.commit().await?;
     let t = t0.elapsed();
     std::hint::black_box(sum);
     Ok(t)
+}
+
+/// Commits a read pass's action once its reads are done.
+fn finish(rt: &tokio::runtime::Runtime, action: std::sync::Arc<Action>) -> anyhow::Result<()> {
+    let action = std::sync::Arc::into_inner(action).context("a read pass still holds its action")?;
+    Ok(rt.block_on(action.commit())?)
 }
 
 /// Writes dirty pages back, then drops the page cache (and dentries and
