@@ -224,6 +224,9 @@ pub(crate) struct Staging {
     /// of a recycled version, which still holds an older block, does not
     /// pass for this write's.
     stamp: u64,
+    /// The checksum its payload must have, where the put left the check
+    /// to the commit ([`Staging::check_at_sync`]).
+    check: Option<u32>,
 }
 
 impl Staging {
@@ -233,6 +236,24 @@ impl Staging {
 
     pub(crate) fn stamp(&self) -> u64 {
         self.stamp
+    }
+
+    /// Leaves the check of the payload against `crc32c` to the commit that
+    /// syncs this version ([`BlockFiles::sync_staged`]), which reads it
+    /// back while its batch goes to the disk, instead of the put before
+    /// its answer. For a one-piece put whose payload the node never held
+    /// (spliced from a client's pipe). A mismatch then fails the commit,
+    /// whose batch is undone, so no damaged block ever becomes current.
+    pub(crate) fn check_at_sync(&mut self, crc32c: u32) {
+        self.check = Some(crc32c);
+    }
+
+    /// The deferred check ([`Staging::check_at_sync`]), if any: `Ok(false)`
+    /// when the payload is not the one its checksum names.
+    fn passes_check(&self) -> std::io::Result<bool> {
+        let Some(crc32c) = self.check else { return Ok(true) };
+        let header = HEADER_LEN as u64;
+        Ok(self.checksum_at(header, (self.len - header) as usize)? == crc32c)
     }
 
     /// Writes `bytes` at `offset` and starts their writeback at once, so
@@ -387,7 +408,7 @@ impl BlockFiles {
         if let Some((version, was)) = recycled {
             let path = self.path(version);
             return match OpenOptions::new().read(true).write(true).open(&path) {
-                Ok(file) => Ok(Staging { version, file, len, was, stamp: new_stamp() }),
+                Ok(file) => Ok(Staging { version, file, len, was, stamp: new_stamp(), check: None }),
                 Err(e) => {
                     let _ = self.open.unlink(version, &path);
                     Err(io_error(e, || format!("opening recycled block version {version}")))
@@ -420,7 +441,7 @@ impl BlockFiles {
                 .inspect(|_| self.unsynced.store(true, Ordering::SeqCst)),
         };
         let file = opened.map_err(|e| io_error(e, || format!("creating block version {version}")))?;
-        Ok(Staging { version, file, len, was: 0, stamp: new_stamp() })
+        Ok(Staging { version, file, len, was: 0, stamp: new_stamp(), check: None })
     }
 
     /// Bytes free for this process on the blocks' filesystem.
@@ -503,6 +524,17 @@ impl BlockFiles {
             versions.iter().filter_map(|v| syncing.remove(v)).collect()
         };
         for staging in pending {
+            match staging.passes_check() {
+                Ok(true) => {}
+                Ok(false) => {
+                    let version = staging.version;
+                    return Err(StoreError::Corrupt { what: format!("block version {version} as sent: checksum mismatch") });
+                }
+                Err(e) => {
+                    let version = staging.version;
+                    return Err(self.io_failure(e, || format!("reading block version {version} back for its checksum")));
+                }
+            }
             if let Err(e) = staging.file.sync_data() {
                 let version = staging.version;
                 return Err(self.io_failure(e, || format!("syncing block version {version}")));

@@ -3,8 +3,10 @@
 //! into the version's file, so the payload is copied once, into the page
 //! cache, where through the socket it was copied three times (see
 //! `store_client::dataplane::splice`). The node never holds the payload
-//! in its memory, so it checks the checksum in the file, through a
-//! mapping of its pages (`Staging::checksum_at`).
+//! in its memory, so it checks the checksum in the file, reading it back
+//! (`Staging::checksum_at`): a block of several pieces before the put is
+//! answered, a block of one piece in the commit that syncs it, beside the
+//! commit's batch (`Staging::check_at_sync`).
 
 use std::sync::Arc;
 
@@ -31,7 +33,7 @@ impl Node {
         pipe: &PipeReader,
     ) -> std::io::Result<Result<(), StoreError>> {
         let payload = header.payload_len();
-        let (action, staging) = match self.prepare_staging(action, key, &header).await {
+        let (action, mut staging) = match self.prepare_staging(action, key, &header).await {
             Ok(prepared) => prepared,
             Err(e) => {
                 pipe.discard(payload).await.map_err(lost)?;
@@ -40,15 +42,20 @@ impl Node {
         };
         let synced = sync_last(payload as u64);
         let written = splice_pieces(&staging, header, payload, synced, pipe).await;
+        if !synced {
+            // Checked by the commit that syncs it, beside its batch.
+            staging.check_at_sync(header.crc32c);
+        }
         self.end_put(action, key, staging, written, synced)
     }
 }
 
 /// Writes the header, then moves the payload from `pipe` into the file as
-/// it arrives (starting each piece's writeback if the put syncs), checks
-/// it against the header's checksum, and syncs if `sync`. `Err`: the pipe
-/// failed; `Ok(Err)`: the file failed, or the payload is not the one the
-/// checksum names (the pipe is drained either way).
+/// it arrives (starting each piece's writeback if the put syncs), and if
+/// `sync` checks it against the header's checksum and syncs. (A put that
+/// does not sync leaves both to its commit: `Staging::check_at_sync`.)
+/// `Err`: the pipe failed; `Ok(Err)`: the file failed, or the payload is
+/// not the one the checksum names (the pipe is drained either way).
 async fn splice_pieces(
     staging: &Staging,
     header: BlockHeader,
@@ -77,15 +84,16 @@ async fn splice_pieces(
             Err(e) => return Err(lost(e)),
         }
     }
+    if !sync {
+        return Ok(Ok(()));
+    }
     match blocking(payload, || staging.checksum_at(HEADER_LEN as u64, payload)) {
         Err(e) => return Ok(Err(Piece::Io(e))),
         Ok(crc) if crc != header.crc32c => return Ok(Err(Piece::Checksum)),
         Ok(_) => {}
     }
-    if sync {
-        if let Err(e) = blocking(payload, || staging.finish()) {
-            return Ok(Err(Piece::Io(e)));
-        }
+    if let Err(e) = blocking(payload, || staging.finish()) {
+        return Ok(Err(Piece::Io(e)));
     }
     Ok(Ok(()))
 }

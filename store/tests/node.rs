@@ -707,6 +707,62 @@ async fn spliced_puts_that_arrive_damaged_refused_or_cut_off_change_nothing() {
     assert_eq!(n.client.read_block_committed(m.id, 0, 1).await.unwrap(), small);
 }
 
+/// A spliced put of one piece (b ≤ 512) is answered before its payload
+/// is read back: its commit checks it beside its batch. One whose bytes do
+/// not match its checksum is answered, a read of it inside the action
+/// fails its checksum, and its commit fails `Corrupt` with the batch
+/// undone: the block keeps its committed value, the other block the same
+/// commit wrote is not written, the connection stays in step, and the
+/// next action commits.
+#[tokio::test]
+async fn a_small_spliced_put_that_arrives_damaged_fails_its_commit_and_changes_nothing() {
+    use std::os::fd::AsFd;
+    use store_client::dataplane::{fdpass, splice};
+    use tokio::io::AsyncWriteExt;
+    let n = node().await;
+    let m = n.client.create_matrix("S", 64, 128, 64).await.unwrap();
+    let s = n.client.open_session("t").await.unwrap();
+    let a = s.begin().await.unwrap();
+    a.put_block(m.id, 0, 0, block(64, 64, 1.0)).await.unwrap();
+    a.commit().await.unwrap();
+
+    let mut sock = tokio::net::UnixStream::connect(n._dir.path().join(store::DATA_SOCKET)).await.unwrap();
+    sock.write_all(&wire::encode_hello(b"")).await.unwrap();
+    assert!(matches!(unix_answer(&mut sock).await, Ok(Some(0))));
+    let (read, pipe) = splice::pipe().unwrap();
+    fdpass::send_with_fds(&sock, &wire::Request::pipe().encode(), &[read.as_fd()]).await.unwrap();
+    drop(read);
+    assert!(matches!(unix_answer(&mut sock).await, Ok(Some(0))));
+    let good: Vec<u8> = bytemuck::cast_slice(&block(64, 64, 3.0).data).to_vec();
+    let crc32c = store_client::block::checksum(&good);
+    let mut damaged = good.clone();
+    damaged[100] ^= 1;
+    let put = |action: u64, j: u32| wire::Request { op: wire::Op::PutSpliced, action, matrix: m.id, i: 0, j, rows: 64, cols: 64, crc32c };
+
+    let b = s.begin().await.unwrap();
+    b.put_block(m.id, 0, 1, block(64, 64, 5.0)).await.unwrap();
+    sock.write_all(&put(b.id(), 0).encode()).await.unwrap();
+    let (sent, answer) = tokio::join!(pipe.send(&damaged), unix_answer(&mut sock));
+    sent.unwrap();
+    assert_eq!(answer.unwrap(), Some(0), "a one-piece spliced put is answered before its check");
+    let e = b.get_block(m.id, 0, 0).await.unwrap_err();
+    assert!(matches!(&e, StoreError::Corrupt { what } if what.contains("checksum")), "{e}");
+    let e = b.commit().await.unwrap_err();
+    assert!(matches!(&e, StoreError::Corrupt { what } if what.contains("checksum")), "{e}");
+    assert_eq!(n.client.read_block_committed(m.id, 0, 0).await.unwrap(), block(64, 64, 1.0));
+    let e = n.client.read_block_committed(m.id, 0, 1).await.unwrap_err();
+    assert!(matches!(&e, StoreError::NotFound { .. }), "the failed commit's other block: {e}");
+
+    // In step: the same connection and pipe take a good put, which commits.
+    let c = s.begin().await.unwrap();
+    sock.write_all(&put(c.id(), 0).encode()).await.unwrap();
+    let (sent, answer) = tokio::join!(pipe.send(&good), unix_answer(&mut sock));
+    sent.unwrap();
+    assert_eq!(answer.unwrap(), Some(0));
+    c.commit().await.unwrap();
+    assert_eq!(n.client.read_block_committed(m.id, 0, 0).await.unwrap(), block(64, 64, 3.0));
+}
+
 /// Reads one reply on a raw Unix data-plane connection: `Ok(Some(len))`
 /// for success (nothing after it is read), `Ok(None)` if the node closed
 /// the connection instead, the typed error it answered with.
