@@ -232,7 +232,14 @@ impl Client {
             }
             let _ = alive_tx.send(false);
         });
-        Ok(Session { client: self.clone(), id: first.session, lease, alive, heartbeat: Arc::new(AbortOnDrop(heartbeat)) })
+        Ok(Session {
+            client: self.clone(),
+            id: first.session,
+            lease,
+            alive,
+            heartbeat: Arc::new(AbortOnDrop(heartbeat)),
+            begun_ahead: Arc::default(),
+        })
     }
 
     pub async fn create_matrix(&self, name: &str, n_rows: u64, n_cols: u64, block: u32) -> Result<MatrixInfo> {
@@ -351,7 +358,13 @@ pub struct Session {
     lease: Duration,
     alive: watch::Receiver<bool>,
     heartbeat: Arc<AbortOnDrop>,
+    /// Top-level actions the node began for this session as it committed
+    /// the previous ones ([`Action::commit`]), for the next `begin`s.
+    begun_ahead: BegunAhead,
 }
+
+/// Ids of a session's actions begun ahead, shared by its top-level actions.
+type BegunAhead = Arc<std::sync::Mutex<Vec<u64>>>;
 
 impl Session {
     pub fn id(&self) -> u64 {
@@ -373,11 +386,28 @@ impl Session {
 
     /// Begins a top-level action. Called while another action of this
     /// session runs, it is a nested top-level action: it commits on its own.
+    ///
+    /// Each commit of a top-level action asks the node to begin the
+    /// session's next one in the same round trip; `begin` takes that one
+    /// when there is one, with no round trip of its own (a block put with
+    /// its begin and commit, b = 256: one round trip of three).
     pub async fn begin(&self) -> Result<Action> {
-        let mut rpc = self.client.rpc.clone();
-        let req = proto::BeginRequest { session: self.id, parent: 0 };
-        let r = unary(&self.client.plane, Method::Begin, req, |q| async move { rpc.begin(q).await }).await?;
-        Ok(Action { rpc: self.client.rpc.clone(), plane: self.client.plane.clone(), id: r.action, _session: self.heartbeat.clone() })
+        let ahead = self.begun_ahead.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let id = match ahead {
+            Some(id) => id,
+            None => {
+                let mut rpc = self.client.rpc.clone();
+                let req = proto::BeginRequest { session: self.id, parent: 0 };
+                unary(&self.client.plane, Method::Begin, req, |q| async move { rpc.begin(q).await }).await?.action
+            }
+        };
+        Ok(Action {
+            rpc: self.client.rpc.clone(),
+            plane: self.client.plane.clone(),
+            id,
+            _session: self.heartbeat.clone(),
+            begun_ahead: Some(self.begun_ahead.clone()),
+        })
     }
 }
 
@@ -418,6 +448,9 @@ pub struct Action {
     plane: Option<Arc<DataPlane>>,
     id: u64,
     _session: Arc<AbortOnDrop>,
+    /// Where a top-level action's commit leaves the session's next action
+    /// (`None`: a nested action, whose commit begins nothing).
+    begun_ahead: Option<BegunAhead>,
 }
 
 impl Action {
@@ -429,19 +462,29 @@ impl Action {
         let mut rpc = self.rpc.clone();
         let req = proto::BeginRequest { session: 0, parent: self.id };
         let r = unary(&self.plane, Method::Begin, req, |q| async move { rpc.begin(q).await }).await?;
-        Ok(Action { rpc: self.rpc.clone(), plane: self.plane.clone(), id: r.action, _session: self._session.clone() })
+        Ok(Action { rpc: self.rpc.clone(), plane: self.plane.clone(), id: r.action, _session: self._session.clone(), begun_ahead: None })
     }
 
     /// Commits: a nested action into its parent; a top-level one durably
     /// (the reply means the batch is synced to disk).
+    ///
+    /// A top-level action's commit also has the node begin the session's
+    /// next top-level action (see [`Session::begin`]) when none is waiting
+    /// (one, unless commits ran at once); the session's end aborts it like
+    /// any other.
     pub async fn commit(self) -> Result<()> {
         let mut rpc = self.rpc.clone();
-        let req = proto::ActionRef { action: self.id };
-        unary::<_, proto::Empty, _, _>(&self.plane, Method::Commit, req, |q| async move { rpc.commit(q).await }).await.map(drop)
+        let begin_next = self.begun_ahead.as_ref().is_some_and(|ahead| ahead.lock().unwrap_or_else(|e| e.into_inner()).is_empty());
+        let req = proto::ActionRef { action: self.id, begin_next };
+        let r: proto::CommitReply = unary(&self.plane, Method::Commit, req, |q| async move { rpc.commit(q).await }).await?;
+        if let (Some(ahead), next @ 1..) = (&self.begun_ahead, r.next_action) {
+            ahead.lock().unwrap_or_else(|e| e.into_inner()).push(next);
+        }
+        Ok(())
     }
 
     pub async fn abort(self) -> Result<()> {
-        self.rpc.clone().abort(proto::ActionRef { action: self.id }).await?;
+        self.rpc.clone().abort(proto::ActionRef { action: self.id, ..Default::default() }).await?;
         Ok(())
     }
 

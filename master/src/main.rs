@@ -57,6 +57,8 @@ enum Command {
     /// Check a finished job's result against an independent computation.
     Verify(jobs::JobArg),
     /// List live sessions (slaves and other clients) of the store node.
+    /// "actions" counts each session's running actions, including the one
+    /// its last commit began ahead for its next task.
     Slaves {
         #[command(flatten)]
         store: StoreArgs,

@@ -315,6 +315,21 @@ impl Node {
         result
     }
 
+    /// Commits `action`; if it was top-level and `begin_next`, then begins
+    /// its session's next top-level action and returns it, so that the
+    /// client's next begin costs no round trip (`None` when the session
+    /// ended meanwhile: its actions are aborted anyway).
+    pub(crate) async fn commit_then_begin(self: &Arc<Self>, action: ActionId, begin_next: bool) -> Result<Option<ActionId>, StoreError> {
+        let session = if begin_next {
+            let core = self.core();
+            core.actions.parent_of(action).is_none().then(|| core.actions.session_of(action)).flatten()
+        } else {
+            None
+        };
+        self.commit(action).await?;
+        Ok(session.and_then(|s| self.begin(s, None).ok()))
+    }
+
     /// Syncs the files of `versions` that their puts left unsynced
     /// (`BlockFiles::sync_later`); the others were synced already. Called
     /// only when some are (`commit` lends no thread otherwise).

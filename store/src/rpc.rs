@@ -97,14 +97,15 @@ pub(crate) fn begin(node: &Node, r: proto::BeginRequest) -> Result<proto::BeginR
     Ok(proto::BeginReply { action: id.0 })
 }
 
-pub(crate) async fn commit(node: &Arc<Node>, r: proto::ActionRef) -> Result<proto::Empty, Status> {
+pub(crate) async fn commit(node: &Arc<Node>, r: proto::ActionRef) -> Result<proto::CommitReply, Status> {
     let a = required_action(r.action)?;
     // Spawned: if the client vanishes mid-commit, the handler (or the
     // data-plane connection) is dropped, but the commit must still finish
     // (release locks, settle the bags) once its batch is durable.
     let node = node.clone();
-    tokio::spawn(async move { node.commit(a).await }).await.map_err(join_error)?.map_err(status)?;
-    Ok(proto::Empty {})
+    let begin_next = r.begin_next;
+    let next = tokio::spawn(async move { node.commit_then_begin(a, begin_next).await }).await.map_err(join_error)?.map_err(status)?;
+    Ok(proto::CommitReply { next_action: next.map_or(0, |n| n.0) })
 }
 
 pub(crate) async fn read_small(node: &Node, r: proto::SmallRef) -> Result<proto::SmallValue, Status> {
@@ -218,7 +219,7 @@ impl Store for Rpc {
         Ok(Response::new(begin(&self.node, req.into_inner())?))
     }
 
-    async fn commit(&self, req: Request<proto::ActionRef>) -> Reply<proto::Empty> {
+    async fn commit(&self, req: Request<proto::ActionRef>) -> Reply<proto::CommitReply> {
         Ok(Response::new(commit(&self.node, req.into_inner()).await?))
     }
 

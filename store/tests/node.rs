@@ -415,6 +415,53 @@ async fn bad_input_gets_typed_errors_and_loses_nothing() {
 }
 
 /// A nested action whose parent was aborted is fenced: every call fails.
+/// A top-level commit has the node begin the session's next top-level
+/// action in the same round trip; the next `begin` takes it instead of
+/// asking. That action works like any other, a nested commit begins
+/// nothing, and the session's end takes it with the session.
+#[tokio::test]
+async fn a_commit_begins_the_sessions_next_action_for_its_next_begin() {
+    for path in PATHS {
+        let n = node_over(path).await;
+        let m = n.client.create_matrix("A", 4, 8, 4).await.unwrap();
+        let s = n.client.open_session("t").await.unwrap();
+        let client = n.client.clone();
+        let actions = |session: u64| {
+            let client = client.clone();
+            async move { client.list_sessions().await.unwrap().iter().find(|x| x.session == session).map(|x| x.n_actions) }
+        };
+        let a = s.begin().await.unwrap();
+        let a_id = a.id();
+        let nested = a.begin_nested().await.unwrap();
+        nested.put_block(m.id, 0, 0, block(4, 4, 1.0)).await.unwrap();
+        nested.commit().await.unwrap();
+        assert_eq!(actions(s.id()).await, Some(1), "{path:?}: a nested commit begins nothing");
+        a.commit().await.unwrap();
+        assert_eq!(actions(s.id()).await, Some(1), "{path:?}: the commit began the next action");
+        let b = s.begin().await.unwrap();
+        assert_eq!(actions(s.id()).await, Some(1), "{path:?}: begin took the action begun ahead");
+        assert_ne!(b.id(), a_id);
+        b.put_block(m.id, 0, 1, block(4, 4, 2.0)).await.unwrap();
+        assert_eq!(b.get_block(m.id, 0, 0).await.unwrap(), block(4, 4, 1.0));
+        b.commit().await.unwrap();
+        assert_eq!(n.client.read_block_committed(m.id, 0, 1).await.unwrap(), block(4, 4, 2.0));
+        // Two begins at once: one takes the action begun ahead, the other asks.
+        let (c, d) = tokio::join!(s.begin(), s.begin());
+        let (c, d) = (c.unwrap(), d.unwrap());
+        assert_ne!(c.id(), d.id());
+        assert_eq!(actions(s.id()).await, Some(2), "{path:?}");
+        d.abort().await.unwrap();
+        c.commit().await.unwrap();
+        let id = s.id();
+        drop(s);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while actions(id).await.is_some() {
+            assert!(std::time::Instant::now() < deadline, "{path:?}: the session and its action begun ahead outlived it");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
 async fn fenced_call(s: &store_client::Session) -> StoreError {
     let a = s.begin().await.unwrap();
     let nested = a.begin_nested().await.unwrap();
@@ -561,7 +608,9 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
         }),
         ((unknown_method, vec![]), |e| matches!(e, StoreError::InvalidArgument { .. })),
         (call(wire::Method::Dequeue, vec![0xff; 3]), |e| matches!(e, StoreError::InvalidArgument { .. })),
-        (call(wire::Method::Commit, proto::ActionRef { action: 0 }.encode_to_vec()), |e| matches!(e, StoreError::InvalidArgument { .. })),
+        (call(wire::Method::Commit, proto::ActionRef { action: 0, begin_next: false }.encode_to_vec()), |e| {
+            matches!(e, StoreError::InvalidArgument { .. })
+        }),
         (call(wire::Method::Begin, proto::BeginRequest { session: 123_456, parent: 0 }.encode_to_vec()), |e| {
             matches!(e, StoreError::SessionExpired { .. })
         }),
