@@ -880,9 +880,18 @@ async fn read_all(client: &Client, matrices: &[(usize, uuid::Uuid, u32)], passes
             for i in 0..g {
                 for j in 0..g {
                     let a = session.begin().await?;
-                    let t = Instant::now();
-                    let blk = a.get_block(id, i, j).await?;
-                    times.push(t.elapsed().as_secs_f64());
+                    // Timed inside a task of the runtime, as a slave's
+                    // prefetch runs: from the caller's thread (`block_on`)
+                    // each reply would also pay that thread's wake-up.
+                    let (a, blk, secs) = tokio::spawn(async move {
+                        let t = Instant::now();
+                        let blk = a.get_block(id, i, j).await;
+                        let secs = t.elapsed().as_secs_f64();
+                        (a, blk, secs)
+                    })
+                    .await?;
+                    let blk = blk?;
+                    times.push(secs);
                     anyhow::ensure!(blk.data.len() == b * b, "block of {} values, want {}", blk.data.len(), b * b);
                     a.commit().await?;
                 }
