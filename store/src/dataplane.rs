@@ -149,9 +149,18 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     send_error(&mut s, &e).await?;
                     continue;
                 };
-                match open_blocks(node, action, req.matrix, &blocks, mode).await {
-                    Ok(files) => send_files(unix, &files).await?,
-                    Err(e) => send_error(&mut s, &e).await?,
+                // In groups, each sent as soon as it is open: the client
+                // reads the first blocks while the node opens the rest.
+                let mut sent = 0;
+                for group in local_groups(blocks.len()) {
+                    match open_blocks(node, action, req.matrix, &blocks[sent..sent + group], mode).await {
+                        Ok(files) => send_files(unix, &files).await?,
+                        Err(e) => {
+                            send_error(&mut s, &e).await?;
+                            break;
+                        }
+                    }
+                    sent += group;
                 }
             }
             Op::Call => {
@@ -256,6 +265,25 @@ async fn open_blocks(
         }
     }
     Err(StoreError::Corrupt { what: format!("blocks of {matrix}: kept being replaced while read without a lock") })
+}
+
+/// The sizes of the replies a local get of `n` blocks is answered in
+/// (`wire::Op::GetLocalMany`): two blocks first, then four at a time, so
+/// that the client starts reading after two opens, not `n`. Each reply
+/// costs a message each way (about 10 µs); a block's open, lock and header
+/// about 14 µs at b = 256, and the client's read of it 50.
+pub(crate) fn local_groups(n: usize) -> impl Iterator<Item = usize> {
+    let mut left = n;
+    let mut next = 2;
+    std::iter::from_fn(move || {
+        if left == 0 {
+            return None;
+        }
+        let g = next.min(left);
+        left -= g;
+        next = 4;
+        Some(g)
+    })
 }
 
 /// Answers a local get: the blocks' headers, their files' descriptors

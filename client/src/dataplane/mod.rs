@@ -320,10 +320,36 @@ impl DataPlane {
                 got.extend(values?);
                 continue;
             }
-            let files = self.recv_files(&mut s, chunk.len(), &what).await?;
+            // The node answers in groups as it opens the blocks: each
+            // group's blocks are read while it opens the next.
+            let mut ids = chunk.iter();
+            let mut failed = None;
+            let mut left = chunk.len();
+            while left > 0 {
+                let files = match self.recv_some_files(&mut s, left, &what).await? {
+                    Ok(files) => files,
+                    Err(e) => {
+                        // The node's error ends the get, in step.
+                        failed = Some(e);
+                        break;
+                    }
+                };
+                left -= files.len();
+                for (header, file) in files {
+                    let &(i, j) = ids.next().expect("no more files than blocks asked for");
+                    if failed.is_none() {
+                        // After a block that failed, the rest are only
+                        // received, so that the connection stays in step.
+                        match read_block_file(file, header, format!("block ({i}, {j}) of {matrix}")).await {
+                            Ok(b) => got.push(b),
+                            Err(e) => failed = Some(e),
+                        }
+                    }
+                }
+            }
             self.give_back(s);
-            for (&(i, j), (header, file)) in chunk.iter().zip(files?) {
-                got.push(read_block_file(file, header, format!("block ({i}, {j}) of {matrix}")).await?);
+            if let Some(e) = failed {
+                return Err(e);
             }
         }
         Ok(got)
@@ -390,6 +416,25 @@ impl DataPlane {
         n: usize,
         what: &(dyn Fn() -> String + Sync),
     ) -> Result<Result<Vec<(block::BlockHeader, std::fs::File)>>> {
+        let mut files = Vec::with_capacity(n);
+        while files.len() < n {
+            match self.recv_some_files(s, n - files.len(), what).await? {
+                Ok(some) => files.extend(some),
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        Ok(Ok(files))
+    }
+
+    /// Reads one reply of a local get with at most `left` blocks still to
+    /// come: some of them, in order, or the node's error, which ends the
+    /// get (a get of many is answered in groups, `store::dataplane`).
+    async fn recv_some_files(
+        &self,
+        s: &mut Stream,
+        left: usize,
+        what: &(dyn Fn() -> String + Sync),
+    ) -> Result<Result<Vec<(block::BlockHeader, std::fs::File)>>> {
         let unix = s.unix().ok_or_else(|| self.unavailable("a local get over TCP".into()))?;
         let mut head = [0u8; REPLY_LEN];
         let read = |e: std::io::Error| self.unavailable(format!("reading {}: {e}", what()));
@@ -398,12 +443,17 @@ impl DataPlane {
         if !reply.ok {
             return Ok(Err(self.read_error(s, reply.len).await?));
         }
-        if reply.len != (n * HEADER_LEN) as u64 || fds.len() != n {
-            return Err(self.unavailable(format!("{}: a local get answered with {} bytes and {} files", what(), reply.len, fds.len())));
+        let k = fds.len();
+        if k == 0 || k > left || reply.len != (k * HEADER_LEN) as u64 {
+            return Err(self.unavailable(format!(
+                "{}: a local get answered with {} bytes and {k} files ({left} blocks to come)",
+                what(),
+                reply.len
+            )));
         }
-        let mut heads = vec![0u8; n * HEADER_LEN];
+        let mut heads = vec![0u8; k * HEADER_LEN];
         s.read_exact(&mut heads).await.map_err(read)?;
-        let mut files = Vec::with_capacity(n);
+        let mut files = Vec::with_capacity(k);
         for (head, fd) in heads.chunks_exact(HEADER_LEN).zip(fds) {
             let header = block::decode_header(head).filter(|h| h.rows <= wire::MAX_BLOCK_SIDE && h.cols <= wire::MAX_BLOCK_SIDE);
             let Some(header) = header else {

@@ -45,8 +45,9 @@ use uuid::Uuid;
 pub const HELLO_MAGIC: [u8; 4] = *b"FTBH";
 pub const REQUEST_MAGIC: [u8; 4] = *b"FTBQ";
 pub const REPLY_MAGIC: [u8; 4] = *b"FTBR";
-/// 2: calls; 3: gets of many blocks; 4: puts through a pipe.
-pub const VERSION: u16 = 4;
+/// 2: calls; 3: gets of many blocks; 4: puts through a pipe; 5: a local
+/// get of many answered in groups.
+pub const VERSION: u16 = 5;
 pub const REQUEST_LEN: usize = 56;
 pub const REPLY_LEN: usize = 16;
 /// Longest token a hello may carry.
@@ -78,7 +79,9 @@ pub enum Op {
     /// A unary gRPC method's request and reply, protobuf-encoded.
     Call = 6,
     /// Several `GetLocal`s (or `GetLocalForUpdate`s) of one matrix in one
-    /// exchange, answered with all their descriptors (Unix socket).
+    /// exchange (Unix socket), answered with their descriptors in groups, in
+    /// order, each group as soon as its blocks are open; an error reply
+    /// ends the answer (the blocks before it stay locked, as one by one).
     GetLocalMany = 7,
     /// Several `Get`s (or `GetForUpdate`s) of one matrix in one exchange,
     /// answered with their stored forms one after the other.
