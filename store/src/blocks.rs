@@ -143,9 +143,10 @@ impl Node {
         self.db.is_current(&key, version)
     }
 
-    /// Starts reading an opened block's file into the page cache.
-    pub(crate) fn prefetch_block(&self, file: &std::fs::File) {
-        crate::files::will_need(file);
+    /// Starts reading an opened block's file into the page cache; whether
+    /// it was not cached.
+    pub(crate) fn prefetch_block(&self, file: &std::fs::File) -> bool {
+        crate::files::will_need(file)
     }
 
     /// The header of a block [`Node::open_block`] opened, checked against

@@ -123,7 +123,7 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     continue;
                 };
                 match open_blocks(node, action, key.matrix, &[(key.i, key.j)], mode).await {
-                    Ok(files) => send_files(unix, &files).await?,
+                    Ok((files, _)) => send_files(unix, &files).await?,
                     Err(e) => send_error(&mut s, &e).await?,
                 }
             }
@@ -139,7 +139,7 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                 let blocks = wire::decode_many(&body);
                 if req.op == Op::GetMany {
                     match open_blocks(node, action, req.matrix, &blocks, mode).await {
-                        Ok(files) => send_values(&mut s, &files).await?,
+                        Ok((files, _)) => send_values(&mut s, &files).await?,
                         Err(e) => send_error(&mut s, &e).await?,
                     }
                     continue;
@@ -150,17 +150,27 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     continue;
                 };
                 // In groups, each sent as soon as it is open: the client
-                // reads the first blocks while the node opens the rest.
+                // reads the first blocks while the node opens the rest. A
+                // batch whose first group is not cached goes on in one
+                // group, so that all its files' reads are in flight at once
+                // (b = 256 cold gets in groups: 0.56-0.68 of raw, against
+                // 0.81-1.41 in one).
                 let mut sent = 0;
-                for group in local_groups(blocks.len()) {
+                let mut groups = local_groups(blocks.len());
+                while let Some(group) = groups.next() {
                     match open_blocks(node, action, req.matrix, &blocks[sent..sent + group], mode).await {
-                        Ok(files) => send_files(unix, &files).await?,
+                        Ok((files, cold)) => {
+                            send_files(unix, &files).await?;
+                            sent += group;
+                            if cold && sent < blocks.len() {
+                                groups = LocalGroups::rest(blocks.len() - sent);
+                            }
+                        }
                         Err(e) => {
                             send_error(&mut s, &e).await?;
                             break;
                         }
                     }
-                    sent += group;
                 }
             }
             Op::Call => {
@@ -238,13 +248,14 @@ async fn open_blocks(
     matrix: uuid::Uuid,
     blocks: &[(u32, u32)],
     mode: LockMode,
-) -> Result<Vec<(BlockHeader, Arc<std::fs::File>)>, StoreError> {
+) -> Result<(Vec<(BlockHeader, Arc<std::fs::File>)>, bool), StoreError> {
     for _ in 0..crate::blocks::UNLOCKED_READS {
         let mut files = Vec::with_capacity(blocks.len());
+        let mut cold = false;
         for &(i, j) in blocks {
             let (version, file) = node.open_block(action, BlockKey { matrix, i, j }, mode).await?;
             if blocks.len() > 1 {
-                node.prefetch_block(&file);
+                cold |= node.prefetch_block(&file);
             }
             files.push((BlockKey { matrix, i, j }, version, file));
         }
@@ -261,7 +272,7 @@ async fn open_blocks(
         }
         if current {
             let headers = headers.into_iter().collect::<Result<Vec<_>, _>>()?;
-            return Ok(headers.into_iter().zip(files).map(|(h, (_, _, f))| (h, f)).collect());
+            return Ok((headers.into_iter().zip(files).map(|(h, (_, _, f))| (h, f)).collect(), cold));
         }
     }
     Err(StoreError::Corrupt { what: format!("blocks of {matrix}: kept being replaced while read without a lock") })
@@ -272,18 +283,35 @@ async fn open_blocks(
 /// that the client starts reading after two opens, not `n`. Each reply
 /// costs a message each way (about 10 µs); a block's open, lock and header
 /// about 14 µs at b = 256, and the client's read of it 50.
-pub(crate) fn local_groups(n: usize) -> impl Iterator<Item = usize> {
-    let mut left = n;
-    let mut next = 2;
-    std::iter::from_fn(move || {
-        if left == 0 {
+pub(crate) fn local_groups(n: usize) -> LocalGroups {
+    LocalGroups { left: n, next: 2 }
+}
+
+/// The group sizes of [`local_groups`].
+pub(crate) struct LocalGroups {
+    left: usize,
+    next: usize,
+}
+
+impl LocalGroups {
+    /// The `n` blocks left in one group.
+    fn rest(n: usize) -> LocalGroups {
+        LocalGroups { left: n, next: n }
+    }
+}
+
+impl Iterator for LocalGroups {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        if self.left == 0 {
             return None;
         }
-        let g = next.min(left);
-        left -= g;
-        next = 4;
+        let g = self.next.min(self.left);
+        self.left -= g;
+        self.next = self.next.max(4);
         Some(g)
-    })
+    }
 }
 
 /// Answers a local get: the blocks' headers, their files' descriptors
@@ -376,4 +404,18 @@ async fn send_error(s: &mut Stream, e: &StoreError) -> std::io::Result<()> {
     let detail = e.to_detail();
     s.write_all(&Reply { ok: false, len: detail.len() as u64 }.encode()).await?;
     s.write_all(&detail).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_local_get_is_answered_two_blocks_first_then_four_at_a_time() {
+        assert_eq!(local_groups(16).collect::<Vec<_>>(), vec![2, 4, 4, 4, 2]);
+        assert_eq!(local_groups(1).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(local_groups(64).sum::<usize>(), 64);
+        assert_eq!(LocalGroups::rest(14).collect::<Vec<_>>(), vec![14]);
+        assert_eq!(local_groups(0).count(), 0);
+    }
 }

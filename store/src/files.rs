@@ -157,13 +157,15 @@ pub(crate) struct BlockFiles {
 /// read, so that a cold batch's reads are all in flight at once. Not for a
 /// single get: its reader's own `pread` starts the same read, and on a
 /// cached file the hint costs a walk of its pages (b = 1024 warm gets:
-/// 0.55-0.61 of raw with it, 0.65-0.67 without).
-pub(crate) fn will_need(f: &File) {
+/// 0.55-0.61 of raw with it, 0.65-0.67 without). Returns whether the file
+/// was not cached (the hint given).
+pub(crate) fn will_need(f: &File) -> bool {
     if last_page_cached(f) {
-        return;
+        return false;
     }
     // SAFETY: a plain syscall on a descriptor this function borrows.
     unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
+    true
 }
 
 /// Whether the file's last byte is in the page cache: a read that may not
