@@ -526,19 +526,15 @@ impl BlockFiles {
             versions.iter().filter_map(|v| syncing.remove(v)).collect()
         };
         for staging in pending {
+            let version = staging.version;
             match staging.passes_check() {
                 Ok(true) => {}
                 Ok(false) => {
-                    let version = staging.version;
                     return Err(StoreError::Corrupt { what: format!("block version {version} as sent: checksum mismatch") });
                 }
-                Err(e) => {
-                    let version = staging.version;
-                    return Err(self.io_failure(e, || format!("reading block version {version} back for its checksum")));
-                }
+                Err(e) => return Err(self.io_failure(e, || format!("reading block version {version} back for its checksum"))),
             }
             if let Err(e) = staging.file.sync_data() {
-                let version = staging.version;
                 return Err(self.io_failure(e, || format!("syncing block version {version}")));
             }
         }

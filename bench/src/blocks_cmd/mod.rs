@@ -197,26 +197,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             for p in &mut puts {
                 let mut raw = raw::Writer::open(&raw_path, p.written, None)?;
                 let mut raw2 = raw::Writer::open(&raw2_path, p.written, Some(&record_path))?;
-                let mut pass = [Duration::ZERO; 3];
                 for (c, range) in chunks.iter().enumerate() {
                     let mut t = [Duration::ZERO; 3];
                     for side in turns(c) {
                         t[side] = match side {
-                            0 => raw.write(&data, range.len())?,
-                            1 => raw2.write(&data, range.len())?,
+                            RAW => raw.write(&data, range.len())?,
+                            RAW_TWO_SYNCS => raw2.write(&data, range.len())?,
                             _ => on_worker(&rt, store_write(session.clone(), m.id, b, data.clone(), range.clone()))?,
                         };
                     }
-                    p.raw_chunks.push(t[0]);
-                    p.raw_two_syncs_chunks.push(t[1]);
-                    p.store_chunks.push(t[2]);
-                    for (sum, t) in pass.iter_mut().zip(t) {
-                        *sum += t;
-                    }
+                    p.sides.chunk(t);
                 }
-                p.raw = p.raw.min(pass[0]);
-                p.raw_two_syncs = p.raw_two_syncs.min(pass[1]);
-                p.store = p.store.min(pass[2]);
+                p.sides.end_pass();
             }
             matrix = Some(m.id);
         }
@@ -233,18 +225,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         raw::read(&raw_path, b as usize, 0..k)?;
         let all = Reads { matrix: m_id, b, blocks: 0..k, batch };
         on_worker(&rt, store_read(std::sync::Arc::new(rt.block_on(session.begin())?), all.clone()))?;
-        let mut warm = Gets::default();
+        let mut warm = Sides::new();
         for _ in 0..reps {
             // One action per pass, as a slave's task reads under one: its
             // begin and commit (two round trips per pass) are outside the
             // chunks' timers.
             let action = std::sync::Arc::new(rt.block_on(session.begin())?);
-            let mut pass = [Duration::ZERO; 3];
             for (c, range) in chunks.iter().enumerate() {
                 let mut t = [Duration::ZERO; 3];
                 for side in turns(c) {
                     t[side] = match side {
-                        0 => raw::read(&raw_path, b as usize, range.clone())?,
+                        RAW => raw::read(&raw_path, b as usize, range.clone())?,
                         s if s <= batches.len() => {
                             let reads = Reads { matrix: m_id, b, blocks: range.clone(), batch: batches[s - 1] };
                             on_worker(&rt, store_read(action.clone(), reads))?
@@ -253,40 +244,33 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     };
                 }
                 if batch == 1 {
-                    t[2] = t[1];
+                    t[GET_ONE] = t[GET_BATCHED];
                 }
-                warm.raw_chunks.push(t[0]);
-                warm.store_chunks.push(t[1]);
-                warm.store_one_chunks.push(t[2]);
-                for (sum, t) in pass.iter_mut().zip(t) {
-                    *sum += t;
-                }
+                warm.chunk(t);
             }
             finish(&rt, action)?;
-            warm.raw = warm.raw.min(pass[0]);
-            warm.store = warm.store.min(pass[1]);
-            warm.store_one = warm.store_one.min(pass[2]);
+            warm.end_pass();
         }
         let mut gets = vec![("warm", warm)];
 
         // ---- cold gets: whole passes after drop_caches (a chunk could not
         // be made cold without dropping the other side's cache too) ----
         if cold {
-            let mut g = Gets::default();
+            let mut g = Sides::new();
             for _ in 0..reps {
                 drop_caches()?;
-                g.raw = g.raw.min(raw::read(&raw_path, b as usize, 0..k)?);
+                g.best[RAW] = g.best[RAW].min(raw::read(&raw_path, b as usize, 0..k)?);
                 for &per in &batches {
                     drop_caches()?;
                     let action = std::sync::Arc::new(rt.block_on(session.begin())?);
                     let t = on_worker(&rt, store_read(action.clone(), Reads { batch: per, ..all.clone() }))?;
                     finish(&rt, action)?;
-                    let best = if per == batch { &mut g.store } else { &mut g.store_one };
-                    *best = (*best).min(t);
+                    let side = if per == batch { GET_BATCHED } else { GET_ONE };
+                    g.best[side] = g.best[side].min(t);
                 }
             }
             if batch == 1 {
-                g.store_one = g.store;
+                g.best[GET_ONE] = g.best[GET_BATCHED];
             }
             gets.push(("cold", g));
         }
@@ -319,16 +303,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     "store: begin+put_block+commit(synced) per block written before; raw: overwrite in place+fdatasync per block",
                 ),
             };
-            let floor = paired::paired_ratio(&p.raw_chunks, &p.raw_two_syncs_chunks).map(|r| r2(r.median));
+            let sides = &p.sides;
+            let floor = paired::paired_ratio(&sides.chunks[RAW], &sides.chunks[RAW_TWO_SYNCS]).map(|r| r2(r.median));
             let mut extra = vec![
                 ("blocks_were", json!(blocks_were)),
-                ("store_mib_s", json!(r1(rate(p.store)))),
-                ("raw_mib_s", json!(r1(rate(p.raw)))),
-                ("raw_two_syncs_mib_s", json!(r1(rate(p.raw_two_syncs)))),
+                ("store_mib_s", json!(r1(rate(sides.best[PUT_STORE])))),
+                ("raw_mib_s", json!(r1(rate(sides.best[RAW])))),
+                ("raw_two_syncs_mib_s", json!(r1(rate(sides.best[RAW_TWO_SYNCS])))),
                 ("raw_two_syncs_ratio", json!(floor)),
             ];
             extra.push(("what", json!(what)));
-            figure("blocks.put_ratio", &p.raw_chunks, &p.store_chunks, p.raw, p.store, TARGET_PUT, common(extra));
+            figure("blocks.put_ratio", sides, PUT_STORE, TARGET_PUT, common(extra));
         }
         for (cache, g) in &gets {
             let source = if *cache == "warm" {
@@ -336,17 +321,15 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             } else {
                 "both after drop_caches (store: block version files from disk)"
             };
-            for (name, batch, store, store_chunks) in
-                [("blocks.get_ratio", batch, g.store, &g.store_chunks), ("blocks.get_one_ratio", 1, g.store_one, &g.store_one_chunks)]
-            {
+            for (name, batch, side) in [("blocks.get_ratio", batch, GET_BATCHED), ("blocks.get_one_ratio", 1, GET_ONE)] {
                 let mut extra = vec![
                     ("cache", json!(cache)),
                     ("batch", json!(batch)),
-                    ("store_mib_s", json!(r1(rate(store)))),
-                    ("raw_mib_s", json!(r1(rate(g.raw)))),
+                    ("store_mib_s", json!(r1(rate(g.best[side])))),
+                    ("raw_mib_s", json!(r1(rate(g.best[RAW])))),
                 ];
                 extra.push(("what", json!(source)));
-                figure(name, &g.raw_chunks, store_chunks, g.raw, store, TARGET_GET, common(extra));
+                figure(name, g, side, TARGET_GET, common(extra));
             }
         }
     }
@@ -358,8 +341,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 /// sides take in turns (see `paired`).
 const CHUNKS_PER_PASS: usize = 16;
 
-/// The order in which the sides (0 raw, 1 the second raw or the batched
-/// store, 2 the store or the store one block at a time) run chunk `c`:
+/// The order in which the sides ([`RAW`] and the two others of its pass)
+/// run chunk `c`:
 /// reversed every other chunk, so that no side always runs right after
 /// another side's sync or in its cache's wake.
 fn turns(c: usize) -> [usize; 3] {
@@ -378,42 +361,28 @@ fn r2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-/// The figure's `method` and spread: the paired chunks' median where the
-/// sides took turns by chunk, else the best whole pass of each side.
-fn ratio_fields(
-    raw_chunks: &[Duration],
-    store_chunks: &[Duration],
-    raw: Duration,
-    store: Duration,
-) -> Vec<(&'static str, serde_json::Value)> {
-    let best_pass = r2(raw.as_secs_f64() / store.as_secs_f64());
-    match paired::paired_ratio(raw_chunks, store_chunks) {
-        Some(p) => vec![
-            ("method", json!("median of paired chunks")),
-            ("pairs", json!(p.pairs)),
-            ("pair_p25", json!(r2(p.p25))),
-            ("pair_p75", json!(r2(p.p75))),
-            ("best_pass_ratio", json!(best_pass)),
-        ],
-        None => vec![("method", json!("best pass of each side")), ("best_pass_ratio", json!(best_pass))],
-    }
-}
-
-/// Prints one ratio figure: the paired median where there are pairs.
-fn figure(
-    name: &str,
-    raw_chunks: &[Duration],
-    store_chunks: &[Duration],
-    raw: Duration,
-    store: Duration,
-    target: f64,
-    mut extra: Vec<(&str, serde_json::Value)>,
-) {
-    extra.extend(ratio_fields(raw_chunks, store_chunks, raw, store));
-    let value = match paired::paired_ratio(raw_chunks, store_chunks) {
-        Some(p) => p.median,
-        None => raw.as_secs_f64() / store.as_secs_f64(),
+/// Prints one ratio figure of `store` (a side of `sides`) against the raw
+/// side: the median of the paired chunks, with their spread, where the
+/// sides took turns by chunk; else the best whole pass of each side. The
+/// ratio of best passes is printed beside it either way.
+fn figure(name: &str, sides: &Sides, store: usize, target: f64, mut extra: Vec<(&str, serde_json::Value)>) {
+    let best_pass = sides.best[RAW].as_secs_f64() / sides.best[store].as_secs_f64();
+    let value = match paired::paired_ratio(&sides.chunks[RAW], &sides.chunks[store]) {
+        Some(p) => {
+            extra.extend([
+                ("method", json!("median of paired chunks")),
+                ("pairs", json!(p.pairs)),
+                ("pair_p25", json!(r2(p.p25))),
+                ("pair_p75", json!(r2(p.p75))),
+            ]);
+            p.median
+        }
+        None => {
+            extra.push(("method", json!("best pass of each side")));
+            best_pass
+        }
     };
+    extra.push(("best_pass_ratio", json!(r2(best_pass))));
     Figure { name, value: r2(value), unit: "ratio", target: Some(target), extra }.print();
 }
 
@@ -439,56 +408,54 @@ enum Written {
     Over,
 }
 
-/// A put pass's times on each side: each chunk's, over every pass, and
-/// the best whole pass.
+/// The sides of a pass, as [`turns`] orders them: the raw file; then a put
+/// pass's raw file with a second synced record and its store, or a get
+/// pass's store batched and store one block a request.
+const RAW: usize = 0;
+const RAW_TWO_SYNCS: usize = 1;
+const PUT_STORE: usize = 2;
+const GET_BATCHED: usize = 1;
+const GET_ONE: usize = 2;
+
+/// Three sides' times: each chunk's, over every pass, and each side's
+/// best whole pass (cold gets fill only the best passes).
+struct Sides {
+    chunks: [Vec<Duration>; 3],
+    best: [Duration; 3],
+    pass: [Duration; 3],
+}
+
+impl Sides {
+    fn new() -> Sides {
+        Sides { chunks: Default::default(), best: [Duration::MAX; 3], pass: [Duration::ZERO; 3] }
+    }
+
+    /// One chunk's times on the three sides.
+    fn chunk(&mut self, t: [Duration; 3]) {
+        for (side, t) in t.into_iter().enumerate() {
+            self.chunks[side].push(t);
+            self.pass[side] += t;
+        }
+    }
+
+    /// Ends a pass: each side keeps its best.
+    fn end_pass(&mut self) {
+        for side in 0..3 {
+            self.best[side] = self.best[side].min(self.pass[side]);
+        }
+        self.pass = [Duration::ZERO; 3];
+    }
+}
+
+/// A put pass's sides, for new blocks or overwrites.
 struct Puts {
     written: Written,
-    raw: Duration,
-    /// The raw pass with a second synced write per block, of a commit
-    /// record's size to another file: what any store that makes a block
-    /// durable and then a pointer to it must at least pay.
-    raw_two_syncs: Duration,
-    store: Duration,
-    raw_chunks: Vec<Duration>,
-    raw_two_syncs_chunks: Vec<Duration>,
-    store_chunks: Vec<Duration>,
+    sides: Sides,
 }
 
 impl Puts {
     fn new(written: Written) -> Puts {
-        Puts {
-            written,
-            raw: Duration::MAX,
-            raw_two_syncs: Duration::MAX,
-            store: Duration::MAX,
-            raw_chunks: Vec::new(),
-            raw_two_syncs_chunks: Vec::new(),
-            store_chunks: Vec::new(),
-        }
-    }
-}
-
-/// A get pass's times on each side (the store batched, and one block a
-/// request), as `Puts`'; without chunks where whole passes were timed.
-struct Gets {
-    raw: Duration,
-    store: Duration,
-    store_one: Duration,
-    raw_chunks: Vec<Duration>,
-    store_chunks: Vec<Duration>,
-    store_one_chunks: Vec<Duration>,
-}
-
-impl Default for Gets {
-    fn default() -> Gets {
-        Gets {
-            raw: Duration::MAX,
-            store: Duration::MAX,
-            store_one: Duration::MAX,
-            raw_chunks: Vec::new(),
-            store_chunks: Vec::new(),
-            store_one_chunks: Vec::new(),
-        }
+        Puts { written, sides: Sides::new() }
     }
 }
 
