@@ -995,16 +995,17 @@ async fn task_ending(
 }
 
 /// Task starts as a slave makes them under write-behind
-/// (`Params::task_start_behind`): its failure-flag read beside its begin,
-/// then its dequeue, timed while the previous task's ending (a put of a
-/// block of the size, a done record, the commit) runs on the runtime,
-/// started just before, and alternately with nothing behind them. Per
-/// block size, the median start behind an ending less the median quiet
-/// one (at least a microsecond: noise must not make a rate negative);
-/// and the endings' own time, from their start to their commit answered
-/// (`Params::task_ending`): the mean, as a job pays every ending's whole
-/// time where it waits for them (their tail is long: 1.0 ms median, 1.3 ms
-/// mean at 512 KiB in a Cholesky job).
+/// (`Params::task_start_behind`): its begin and first dequeue beside its
+/// read of the job's failure flag, timed while the previous task's ending
+/// runs (`ending_behind`: its put sent as the task wrote its block, then
+/// behind the start the done record read and written and the commit), and
+/// alternately with nothing behind them. Per block size, the median start
+/// behind an ending less the median quiet one (at least a microsecond:
+/// noise must not make a rate negative); and the endings' own time, from
+/// the task's hand-back to their commit answered (`Params::task_ending`):
+/// the mean, as a job pays every ending's whole time where it waits for
+/// them (their tail is long: 1.0 ms median, 1.3 ms mean at 512 KiB in a
+/// Cholesky job).
 async fn task_starts_behind_endings(client: &Client, matrices: &[(usize, uuid::Uuid, u32)]) -> anyhow::Result<(Vec<Point>, Vec<Point>)> {
     let session = std::sync::Arc::new(client.open_session("bench-params-start-behind").await?);
     let (mut out, mut endings) = (Vec::new(), Vec::new());
@@ -1022,18 +1023,23 @@ async fn task_starts_behind_endings(client: &Client, matrices: &[(usize, uuid::U
         for k in 0..n {
             // As after a task's kernels: the node and the client idle.
             tokio::time::sleep(PUT_PAUSE).await;
-            let ending = (k % 2 == 1).then(|| {
+            let ending = if k % 2 == 1 {
                 let at = ((k / 2) % g, (k / 2 / g) % g);
                 let record = format!("bench-params/start-behind/done/{b}/{k}");
-                let ending = task_ending(session.clone(), id, at, random_block(b, k as u64), Some(record));
-                let t = Instant::now();
-                tokio::spawn(async move { ending.await.map(|()| t.elapsed().as_secs_f64()) })
-            });
+                Some(ending_behind(session.clone(), id, at, random_block(b, k as u64), record).await?)
+            } else {
+                None
+            };
             let t = Instant::now();
-            let (failed, a) = tokio::join!(client.peek_small("bench-params/start-behind/failed"), session.begin());
-            let a = a?;
+            let take = async {
+                let a = session.begin().await?;
+                let task = a.dequeue(&bag, Duration::ZERO).await;
+                Ok::<_, store_client::StoreError>((a, task))
+            };
+            let (failed, taken) = tokio::join!(client.peek_small("bench-params/start-behind/failed"), take);
+            let (a, task) = taken?;
             anyhow::ensure!(failed?.is_none(), "no failure flag was written");
-            let Dequeue::Task(_) = a.dequeue(&bag, Duration::ZERO).await? else { anyhow::bail!("bag {bag} ran dry") };
+            let Dequeue::Task(_) = task? else { anyhow::bail!("bag {bag} ran dry") };
             let took = t.elapsed().as_secs_f64();
             a.commit().await?;
             match ending {
@@ -1048,6 +1054,34 @@ async fn task_starts_behind_endings(client: &Client, matrices: &[(usize, uuid::U
         endings.push(Point { units: (8 * b * b) as f64, secs: ended.iter().sum::<f64>() / ended.len().max(1) as f64 });
     }
     Ok((out, endings))
+}
+
+/// A task's ending as a slave runs it (`slave::worker`): the block's put
+/// sent from the task's thread as it writes the block, the thread handing
+/// back to the runtime, then, spawned beside the slave's next start, the
+/// put awaited, the done record read for update and written, the commit.
+/// The spawned part answers its seconds from the hand-back, as a task
+/// record's `prev_ending_us` counts them.
+async fn ending_behind(
+    session: std::sync::Arc<store_client::Session>,
+    matrix: uuid::Uuid,
+    at: (u32, u32),
+    block: Block,
+    record: String,
+) -> anyhow::Result<tokio::task::JoinHandle<Result<f64, store_client::StoreError>>> {
+    let a = session.begin().await?;
+    let writer = a.block_writer();
+    let data = BlockData { rows: block.rows, cols: block.cols, data: block.data };
+    let put = tokio::spawn(async move { writer.put_block(matrix, at.0, at.1, data).await });
+    tokio::task::spawn_blocking(|| ()).await?;
+    let t = Instant::now();
+    Ok(tokio::spawn(async move {
+        put.await.map_err(|e| store_client::StoreError::StoreUnavailable { what: format!("put task failed: {e}") })??;
+        a.read_small(&record, true).await?;
+        a.write_small(&record, &[1u8; 64]).await?;
+        a.commit().await?;
+        Ok(t.elapsed().as_secs_f64())
+    }))
 }
 
 /// The store's own part of a transfer: measured time minus the network

@@ -183,10 +183,10 @@ pub struct Params {
     /// Absent: 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_wake: Option<f64>,
-    /// Extension: seconds more a task's start (its failure-flag read and
-    /// begin side by side, then its dequeue) takes while the previous
-    /// task's ending (a put of this many bytes, its record and commit)
-    /// runs behind it, as it does under write-behind: measured `[bytes,
+    /// Extension: seconds more a task's start (its begin and dequeue
+    /// beside its failure-flag read) takes while the previous task's
+    /// ending (a put of this many bytes sent as the task wrote it, its
+    /// record and commit) runs behind it, as it does under write-behind: measured `[bytes,
     /// seconds]` points by increasing bytes, from `bench params` against
     /// the same start with nothing behind it, interpolated as the kernel
     /// curves are ([`crate::curves`]). On this VM 0.07–0.10 ms with a
