@@ -292,6 +292,29 @@ impl Env {
             .collect()
     }
 
+    /// Waits until no element of `job`'s bags is held by an action, then
+    /// checks that none went to a dead-letter bag and that none was charged
+    /// an attempt: what a job's tasks did not commit is back in its bags.
+    fn assert_bags_settled(&self, job: Uuid, within: Duration) {
+        let bags = self.record(job).bags;
+        let stats = |b: &String| self.rt.block_on(self.client.bag_stats(b)).unwrap();
+        let start = Instant::now();
+        loop {
+            let taken: u64 = bags.iter().map(|b| stats(b).taken).sum();
+            if taken == 0 {
+                break;
+            }
+            assert!(start.elapsed() < within, "job {job}: {taken} element(s) still held after {within:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for b in &bags {
+            assert_eq!(stats(b).dead, 0, "{b}: elements in the dead-letter bag");
+            for t in self.rt.block_on(self.client.list_bag(b)).unwrap() {
+                assert_eq!(t.attempts, 0, "{b}: element {} charged an attempt", t.seq);
+            }
+        }
+    }
+
     fn record(&self, job: Uuid) -> JobRecord {
         serde_json::from_slice(&self.peek(&record::job_key(job)).expect("job record")).unwrap()
     }
@@ -821,6 +844,10 @@ fn non_spd_cholesky_and_singular_lu_fail_naming_the_block() {
         assert!(status.contains("failed"), "{status}");
         let v = master(s, &["verify", &job.to_string()]);
         assert!(!v.status.success(), "verify of a failed job must not pass");
+        // A slave that finds the job failed aborts the action it dequeued
+        // in (its start sends the dequeue beside the flag read): the
+        // element goes back, as a return, not an attempt.
+        env.assert_bags_settled(job, Duration::from_secs(10));
     }
     // The store still works after failed jobs: a good job runs to the end.
     create_kind(s, "ok", 64, 64, 32, "spd", 1);
