@@ -995,11 +995,10 @@ async fn task_ending(
 }
 
 /// Task starts as a slave makes them under write-behind
-/// (`Params::task_start_behind`): its begin and first dequeue beside its
-/// read of the job's failure flag, timed while the previous task's ending
-/// runs (`ending_behind`: its put sent as the task wrote its block, then
-/// behind the start the done record read and written and the commit), and
-/// alternately with nothing behind them. Per block size, the median start
+/// (`Params::task_start_behind`; `slave::start_task`), timed while the
+/// previous task's ending runs (`ending_behind`: its put sent as the task
+/// wrote its block, then behind the start the done record read and
+/// written and the commit), and alternately with nothing behind them. Per block size, the median start
 /// behind an ending less the median quiet one (at least a microsecond:
 /// noise must not make a rate negative); and the endings' own time, from
 /// the task's hand-back to their commit answered (`Params::task_ending`):
@@ -1031,13 +1030,8 @@ async fn task_starts_behind_endings(client: &Client, matrices: &[(usize, uuid::U
                 None
             };
             let t = Instant::now();
-            let take = async {
-                let a = session.begin().await?;
-                let task = a.dequeue(&bag, Duration::ZERO).await;
-                Ok::<_, store_client::StoreError>((a, task))
-            };
-            let (failed, taken) = tokio::join!(client.peek_small("bench-params/start-behind/failed"), take);
-            let (a, task) = taken?;
+            let ((failed, _), taken) = slave::start_task(client, &session, "bench-params/start-behind/failed", &bag, t).await;
+            let (a, _, task) = taken?;
             anyhow::ensure!(failed?.is_none(), "no failure flag was written");
             let Dequeue::Task(_) = task? else { anyhow::bail!("bag {bag} ran dry") };
             let took = t.elapsed().as_secs_f64();

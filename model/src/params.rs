@@ -186,8 +186,9 @@ pub struct Params {
     /// Extension: seconds more a task's start (its begin and dequeue
     /// beside its failure-flag read) takes while the previous task's
     /// ending (a put of this many bytes sent as the task wrote it, its
-    /// record and commit) runs behind it, as it does under write-behind: measured `[bytes,
-    /// seconds]` points by increasing bytes, from `bench params` against
+    /// record and commit) runs behind it, as it does under write-behind:
+    /// measured `[bytes, seconds]` points by increasing bytes, from `bench
+    /// params` against
     /// the same start with nothing behind it, interpolated as the kernel
     /// curves are ([`crate::curves`]). On this VM 0.07–0.10 ms with a
     /// block of up to 128 KiB behind, 0.19 ms at 512 KiB, 0.41 ms at 2 MiB

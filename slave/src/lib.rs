@@ -14,4 +14,4 @@ pub mod kill_point;
 pub mod record;
 mod worker;
 
-pub use worker::{run, SlaveConfig};
+pub use worker::{run, start_task, FlagRead, SlaveConfig, Taken};

@@ -138,19 +138,9 @@ impl Slave {
         for (index, bag) in job.bags.iter().enumerate() {
             loop {
                 let asked = Instant::now();
-                // The job's failure flag is read beside the begin and the
-                // first dequeue, not before them: a task's start is one
-                // round trip, not two (the begin is mostly none: the last
-                // commit began it). A failed job's element goes back to
-                // its place with the abort below.
-                let failed_key = record::failed_key(id);
-                let take = async {
-                    let action = self.session.begin().await?;
-                    let begun = asked.elapsed();
-                    let first = action.dequeue(bag, Duration::ZERO).await;
-                    Ok::<_, StoreError>((action, begun, first))
-                };
-                let ((failed, flag_took), taken) = tokio::join!(timed(asked, self.client.peek_small(&failed_key)), take);
+                // A failed job's element goes back to its place with the
+                // abort below.
+                let ((failed, flag_took), taken) = start_task(&self.client, &self.session, &record::failed_key(id), bag, asked).await;
                 let (action, begun, mut next) = taken?;
                 let failed = match failed {
                     Ok(flag) => flag.is_some(),
@@ -416,6 +406,26 @@ async fn finish_task(ending: Ending) -> Result<(), StoreError> {
         }
         Err(e) => Err(e),
     }
+}
+
+/// The failure flag's read, with its time.
+pub type FlagRead = (Result<Option<Vec<u8>>, StoreError>, Duration);
+/// The begun action with the time its begin was answered, and the first
+/// dequeue's outcome.
+pub type Taken = Result<(Action, Duration, Result<Dequeue, StoreError>), StoreError>;
+
+/// A task's start, one round trip: the session's begin (mostly none: the
+/// last commit began it) and the bag's first dequeue, beside the read of
+/// the job's failure flag (`failed_key`), not after it. Times count from
+/// `asked`. `bench params` times starts with it.
+pub async fn start_task(client: &Client, session: &Session, failed_key: &str, bag: &str, asked: Instant) -> (FlagRead, Taken) {
+    let take = async {
+        let action = session.begin().await?;
+        let begun = asked.elapsed();
+        let first = action.dequeue(bag, Duration::ZERO).await;
+        Ok((action, begun, first))
+    };
+    tokio::join!(timed(asked, client.peek_small(failed_key)), take)
 }
 
 /// Records that `task` failed the job, in an action of its own, so no

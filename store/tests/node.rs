@@ -427,7 +427,6 @@ async fn bad_input_gets_typed_errors_and_loses_nothing() {
     }
 }
 
-/// A nested action whose parent was aborted is fenced: every call fails.
 /// A top-level commit has the node begin the session's next top-level
 /// action in the same round trip; the next `begin` takes it instead of
 /// asking. That action works like any other, a nested commit begins
@@ -475,6 +474,7 @@ async fn a_commit_begins_the_sessions_next_action_for_its_next_begin() {
     }
 }
 
+/// A nested action whose parent was aborted is fenced: every call fails.
 async fn fenced_call(s: &store_client::Session) -> StoreError {
     let a = s.begin().await.unwrap();
     let nested = a.begin_nested().await.unwrap();
