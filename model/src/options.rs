@@ -50,7 +50,7 @@ pub enum CholeskyCaching {
 /// slaves and a store that keeps `store_share` cores busy, each slave's
 /// compute runs `max(1, (s + store_share)/cores)` times slower. `predict`
 /// scales `store_share` (the cores the store uses *while serving*) by the
-/// fraction of the run the store is busy. A slave's reads overlap its
+/// fraction of the predicted run the store is busy. A slave's reads overlap its
 /// compute only on a spare core ([`SharedCpu::spare_core`]).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SharedCpu {
