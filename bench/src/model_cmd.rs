@@ -209,6 +209,9 @@ fn print_prediction(pr: &Prediction) {
         println!("  predicted         {:>12.2} s   (speedup {:.2})", pr.predicted, pr.t1 / pr.predicted);
     }
     println!("  longest task      {:>12.2} s", pr.longest_task);
+    if pr.kernel_slowdown > 1.0 {
+        println!("  kernels on shared cores {:.2}x slower while every slave computes", pr.kernel_slowdown);
+    }
     println!("  memory per slave  {:>12.1} MiB", pr.memory_per_slave / (1024.0 * 1024.0));
     let r = &pr.recovery;
     print!(

@@ -661,9 +661,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             );
             if p.times.kernels > 0.0 {
                 eprintln!(
-                    "  its tasks: kernels {:.2} s ({:+.1} % over alone), waiting {:.2} s for a core, {:.2} s for blocks, {:.2} s for small reads, {:.2} s from begin to dequeued",
+                    "  its tasks: kernels {:.2} s ({:+.1} % over alone; the model: {:+.1} % while every slave computes), waiting {:.2} s for a core, {:.2} s for blocks, {:.2} s for small reads, {:.2} s from begin to dequeued",
                     p.times.kernels,
                     100.0 * p.kernel_excess(),
+                    100.0 * (p.extended.kernel_slowdown - 1.0),
                     p.times.core_wait,
                     p.times.block_wait,
                     p.times.small_wait,
@@ -693,7 +694,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                        "predicted": p.extended.predicted, "lwr": p.extended.t_s.lwr, "upr": p.extended.t_s.upr,
                        "thesis_predicted": p.thesis.predicted, "error": p.err(), "thesis_error": p.thesis_err(),
                        "store_cpu": p.store_cpu, "slaves_cpu": p.slaves_cpu, "other_cpu": p.other_cpu, "load": p.load, "ok": p.ok,
-                       "runs": p.runs, "spread": p.spread(), "drift": p.drift(), "kernels": p.times.kernels, "kernels_alone": p.kernels_alone,
+                       "runs": p.runs, "spread": p.spread(), "drift": p.drift(), "kernels": p.times.kernels, "kernels_alone": p.kernels_alone, "model_kernel_slowdown": p.extended.kernel_slowdown,
                        "core_wait": p.times.core_wait, "block_wait": p.times.block_wait, "small_wait": p.times.small_wait, "start": p.times.start, "settle": p.times.settle, "handoff": p.times.handoff, "mean_ending": p.times.mean_ending(), "model_ending": p.model_ending,
                        "model_compute": p.parts.compute, "model_transfers": p.parts.transfers, "model_task_costs": p.parts.task_costs})
             })

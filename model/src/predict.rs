@@ -128,6 +128,12 @@ pub struct Prediction {
     pub memory_per_slave: f64,
     /// Cost of one slave failure.
     pub recovery: Recovery,
+    /// How many times longer a kernel takes while every slave computes on
+    /// the shared cores than alone (1 without [`Options::shared_cpu`]):
+    /// the job's task records measure its mean over all kernels
+    /// (`bench validate`'s `kernels` column), those a step's last tasks
+    /// run alone included.
+    pub kernel_slowdown: f64,
 }
 
 /// Compute slow-down with `slaves` slaves and the store on `c`'s cores:
@@ -435,7 +441,7 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
     // the one predicted for two slaves at b = 256, n = 4096, on two
     // cores: Cholesky's and LU's kernels were slowed 1.33–1.39 times
     // where the jobs' task records measured 1.11–1.24 in four grids
-    // (2026-11-26); over the run, 1.20–1.25. LU there, the one point of
+    // (2026-11-26); over the run, 1.22–1.27. LU there, the one point of
     // those grids the model missed, was predicted 13 and 18 % long.)
     for _ in 0..RUN_ROUNDS {
         let run = (prediction.predicted - latency).max(0.0);
@@ -629,6 +635,7 @@ fn predict_over(app: App, n: u64, b: u64, params: &Params, options: &Options, ru
             },
             params.slave_start.unwrap_or(0.0),
         ),
+        kernel_slowdown: slowdown(s),
     })
 }
 
@@ -882,8 +889,8 @@ mod tests {
     /// [`predict_over`], and where the run is longer than its bound (two
     /// slaves at small blocks, whose per-task costs stretch the run) the
     /// kernels are slowed less than spreading the load over the bound
-    /// would (LU n = 4096, b = 256, two slaves on two cores: 1.34–1.39 by
-    /// the bound, 1.22–1.25 by the run, 1.15–1.21 measured in four grids).
+    /// would (LU n = 4096, b = 256, two slaves on two cores: 1.34–1.38 by
+    /// the bound, 1.24–1.27 by the run, 1.15–1.21 measured in four grids).
     #[test]
     fn the_stores_load_is_spread_over_the_predicted_run() {
         use crate::options::SharedCpu;
@@ -901,10 +908,19 @@ mod tests {
                 }
             }
         }
-        // Without shared cores there is nothing to spread.
+        // Without shared cores there is nothing to spread, and no kernel
+        // is slowed.
         let alone = Options::with_slaves(2);
         let app = App::Lu { pivot: false };
-        assert_eq!(predict(app, 3000, 300, &params, &alone).unwrap(), predict_over(app, 3000, 300, &params, &alone, None).unwrap());
+        let unshared = predict(app, 3000, 300, &params, &alone).unwrap();
+        assert_eq!(unshared, predict_over(app, 3000, 300, &params, &alone, None).unwrap());
+        assert_eq!(unshared.kernel_slowdown, 1.0);
+        // Shared: one slave has the store's core beside it, two slaves
+        // share both cores with the store, and report what they pay.
+        let shared = |s: u64| Options { shared_cpu: Some(SharedCpu { cores: 2, store_share: 1.0 }), ..Options::with_slaves(s) };
+        assert_eq!(predict(app, 3000, 300, &params, &shared(1)).unwrap().kernel_slowdown, 1.0);
+        let two = predict(app, 3000, 300, &params, &shared(2)).unwrap().kernel_slowdown;
+        assert!(two > 1.0 && two < 1.5, "{two}");
     }
 
     /// A read its slave waits for (no spare core hides it) takes a core
