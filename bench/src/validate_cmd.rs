@@ -119,7 +119,10 @@ use serde_json::json;
 use crate::cluster::{cpu_seconds, Cluster, ClusterConfig, JobResult};
 use crate::params_cmd::{RAY_LEVEL, RAY_SAMPLES};
 use crate::report::Figure;
+use replay::ModelInput;
 use slave::record::TaskTimes;
+
+mod replay;
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -156,6 +159,11 @@ pub(crate) struct Args {
     /// against another (default 2, quick 1).
     #[arg(long)]
     repeat: Option<usize>,
+    /// Run no job: predict again, with this build's model, the points of
+    /// these `--json` files (each keeps the model's inputs as they were)
+    /// and print the recorded and the new error side by side.
+    #[arg(long, value_name = "JSON", num_args = 1..)]
+    replay: Vec<PathBuf>,
 }
 
 /// A grid point's runs with `slaves` slaves: the fastest (with the CPU
@@ -309,6 +317,8 @@ struct Point {
     /// (before each pass's runs, after the last), seconds; empty with one
     /// timing.
     by_timing: Vec<f64>,
+    /// What the model was given for `extended`, for `--replay`.
+    model_input: ModelInput,
 }
 
 impl Point {
@@ -515,6 +525,9 @@ fn load_params(path: &PathBuf) -> anyhow::Result<Params> {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    if !args.replay.is_empty() {
+        return replay::run(&args.replay);
+    }
     // The kernels are timed again here, on one thread as a slave runs them.
     apps::kernels::set_blas_threads(1);
     let params = load_params(&args.params)?;
@@ -646,6 +659,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     .filter(|c| !c.is_empty() && case.model != App::Raytrace)
                     .map(|c| model::curves::interpolate(c, 8.0 * (b * b) as f64)),
                 by_timing,
+                model_input: ModelInput::new(case.model, &ext_p, &ext_opts_for(case.model, s)),
             };
             eprintln!(
                 "{:<9} n={:<5} b={:<5} s={s}: measured {:>7.2} s, predicted {:>7.2} s ({:+.1} %), thesis model {:>7.2} s ({:+.1} %){}",
@@ -696,7 +710,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                        "store_cpu": p.store_cpu, "slaves_cpu": p.slaves_cpu, "other_cpu": p.other_cpu, "load": p.load, "ok": p.ok,
                        "runs": p.runs, "spread": p.spread(), "drift": p.drift(), "kernels": p.times.kernels, "kernels_alone": p.kernels_alone, "model_kernel_slowdown": p.extended.kernel_slowdown,
                        "core_wait": p.times.core_wait, "block_wait": p.times.block_wait, "small_wait": p.times.small_wait, "start": p.times.start, "settle": p.times.settle, "handoff": p.times.handoff, "mean_ending": p.times.mean_ending(), "model_ending": p.model_ending,
-                       "model_compute": p.parts.compute, "model_transfers": p.parts.transfers, "model_task_costs": p.parts.task_costs})
+                       "model_compute": p.parts.compute, "model_transfers": p.parts.transfers, "model_task_costs": p.parts.task_costs,
+                       "model_input": p.model_input})
             })
             .collect();
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
