@@ -181,6 +181,20 @@ mod tests {
         assert!(again[0].now > again[0].recorded * 1.05, "{:?}", again[0]);
     }
 
+    /// The grid kept in the repository stays readable by this build (a
+    /// renamed parameter or option would break every replay of it), and
+    /// its every point predicts a plausible time: within a factor of two
+    /// of its measured one.
+    #[test]
+    fn the_kept_grid_replays() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("grids/2026-11-27T0100-vm-epyc-2vcpu.json");
+        let (points, skipped) = replay_points(&read_rows(&path).unwrap()).unwrap();
+        assert_eq!((points.len(), skipped), (24, 0));
+        for p in &points {
+            assert!(p.now > 0.5 * p.measured && p.now < 2.0 * p.measured, "{p:?}");
+        }
+    }
+
     /// Points written before the model input was kept, and failed jobs,
     /// are counted apart; a damaged input is an error naming its point.
     #[test]
