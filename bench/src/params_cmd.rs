@@ -997,8 +997,8 @@ async fn task_ending(
 /// Task starts as a slave makes them under write-behind
 /// (`Params::task_start_behind`; `slave::start_task`), timed while the
 /// previous task's ending runs (`ending_behind`: its put sent as the task
-/// wrote its block, then behind the start the done record read and
-/// written and the commit), and alternately with nothing behind them. Per block size, the median start
+/// wrote its block, then behind the start the done record written and
+/// the commit), and alternately with nothing behind them. Per block size, the median start
 /// behind an ending less the median quiet one (at least a microsecond:
 /// noise must not make a rate negative); and the endings' own time, from
 /// the task's hand-back to their commit answered (`Params::task_ending`):
@@ -1050,10 +1050,11 @@ async fn task_starts_behind_endings(client: &Client, matrices: &[(usize, uuid::U
     Ok((out, endings))
 }
 
-/// A task's ending as a slave runs it (`slave::worker`): the block's put
-/// sent from the task's thread as it writes the block, the thread handing
-/// back to the runtime, then, spawned beside the slave's next start, the
-/// put awaited, the done record read for update and written, the commit.
+/// A task's ending as a slave runs it (`slave::worker`): the done record
+/// read for update first (the slave reads it as the task starts), the
+/// block's put sent from the task's thread as it writes the block, the
+/// thread handing back to the runtime, then, spawned beside the slave's
+/// next start, the put awaited, the done record written, the commit.
 /// The spawned part answers its seconds from the hand-back, as a task
 /// record's `prev_ending_us` counts them.
 async fn ending_behind(
@@ -1064,6 +1065,7 @@ async fn ending_behind(
     record: String,
 ) -> anyhow::Result<tokio::task::JoinHandle<Result<f64, store_client::StoreError>>> {
     let a = session.begin().await?;
+    a.read_small(&record, true).await?;
     let writer = a.block_writer();
     let data = BlockData { rows: block.rows, cols: block.cols, data: block.data };
     let put = tokio::spawn(async move { writer.put_block(matrix, at.0, at.1, data).await });
@@ -1071,7 +1073,6 @@ async fn ending_behind(
     let t = Instant::now();
     Ok(tokio::spawn(async move {
         put.await.map_err(|e| store_client::StoreError::StoreUnavailable { what: format!("put task failed: {e}") })??;
-        a.read_small(&record, true).await?;
         a.write_small(&record, &[1u8; 64]).await?;
         a.commit().await?;
         Ok(t.elapsed().as_secs_f64())

@@ -495,6 +495,16 @@ impl Action {
         read_small(&self.rpc, &self.plane, self.id, key, mode).await
     }
 
+    /// [`Action::read_small`] as a future that owns its request, so it may
+    /// run on another task: a slave reads its task's done record for
+    /// update when it dequeues the task, beside the task's work, and
+    /// awaits it in the task's ending.
+    pub fn read_small_owned(&self, key: &str, write: bool) -> impl std::future::Future<Output = Result<Option<Vec<u8>>>> + Send + 'static {
+        let mode = if write { proto::LockMode::Write } else { proto::LockMode::Read };
+        let (rpc, plane, id, key) = (self.rpc.clone(), self.plane.clone(), self.id, key.to_owned());
+        async move { read_small(&rpc, &plane, id, &key, mode).await }
+    }
+
     /// Reads several small objects in one request, under read (or `write:
     /// true`, write) locks taken in the order given; `None` for each that
     /// does not exist. Stops at the first that fails; the locks taken

@@ -238,6 +238,11 @@ impl Slave {
     async fn run_one(&mut self, job: &JobRecord, bag_index: usize, action: Action, task: Task, start: Duration) -> Result<(), StoreError> {
         let started = Instant::now();
         tracing::debug!(action = action.id(), seq = task.seq, bag = %task.bag, "task starts");
+        // The done record, read for update now, beside the task's work: the
+        // ending then waits for one round trip fewer. Only this task writes
+        // the key, and an abort releases its lock.
+        let key = record::done_key(job.id(), bag_index, task.seq);
+        let record_before = tokio::spawn(action.read_small_owned(&key, true));
         let rt = tokio::runtime::Handle::current();
         let (client, spec) = (self.client.clone(), job.spec.clone());
         let writes = Writes::new(self.in_flight.clone(), self.largest_block.clone());
@@ -321,8 +326,17 @@ impl Slave {
                     handoff_us: handed.as_micros() as u64,
                     prev_ending_us: self.last_ending.take().map_or(0, |d| d.as_micros() as u64),
                 };
-                let key = record::done_key(id, bag_index, task.seq);
-                let ending = Ending { session: self.session.clone(), job: id, action, writes, key, done, task, kill: self.kill.clone() };
+                let ending = Ending {
+                    session: self.session.clone(),
+                    job: id,
+                    action,
+                    writes,
+                    key,
+                    record_before,
+                    done,
+                    task,
+                    kill: self.kill.clone(),
+                };
                 self.finishing = Some(tokio::spawn(async move {
                     let began = Instant::now();
                     finish_task(ending).await.map(|()| began.elapsed())
@@ -363,8 +377,10 @@ struct Ending {
     job: Uuid,
     action: Action,
     writes: Writes,
-    /// Its task record's key, and the record.
+    /// Its task record's key, its value before the task (read for update
+    /// when the task started), and the record.
     key: String,
+    record_before: tokio::task::JoinHandle<Result<Option<Vec<u8>>, StoreError>>,
     done: TaskDone,
     task: Task,
     kill: Arc<KillSwitch>,
@@ -375,7 +391,7 @@ struct Ending {
 /// commits. A put that failed aborts the action: the task goes back to the
 /// bag whole, as if the slave had died.
 async fn finish_task(ending: Ending) -> Result<(), StoreError> {
-    let Ending { session, job, action, writes, key, mut done, task, kill } = ending;
+    let Ending { session, job, action, writes, key, record_before, mut done, task, kill } = ending;
     if let Err(e) = writes.finish().await {
         let _ = action.abort().await;
         if e.is_retryable() || matches!(e, StoreError::ActionAborted { .. }) {
@@ -387,7 +403,7 @@ async fn finish_task(ending: Ending) -> Result<(), StoreError> {
         tracing::error!("job {job} fails: block put: {e}");
         return record_failure(&session, job, format!("block put: {e}"), &task, &done.slave).await;
     }
-    let before = action.read_small(&key, true).await?;
+    let before = record_before.await.map_err(|e| StoreError::StoreUnavailable { what: format!("done record read failed: {e}") })??;
     done.count = before.and_then(|v| serde_json::from_slice::<TaskDone>(&v).ok()).map_or(0, |d| d.count) + 1;
     done.finished_ms = record::now_ms();
     action.write_small(&key, &serde_json::to_vec(&done).expect("plain struct")).await?;
