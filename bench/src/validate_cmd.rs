@@ -227,6 +227,25 @@ pub(crate) fn implementation_options(app: App, s: u64, cores: u64) -> Options {
     }
 }
 
+/// The error a grid point is judged against: |measured − predicted| at
+/// most this share of measured.
+const TARGET_ERROR: f64 = 0.10;
+
+/// How many of `abs_errors` are within [`TARGET_ERROR`].
+fn within_target(abs_errors: &[f64]) -> usize {
+    abs_errors.iter().filter(|e| **e <= TARGET_ERROR).count()
+}
+
+/// The largest of `v` (0 when empty; the figures are all non-negative).
+fn largest(v: &[f64]) -> f64 {
+    v.iter().copied().fold(0.0, f64::max)
+}
+
+/// The mean of `v` (0 when empty).
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
 /// The parameters as a store whose working set is in memory sees them:
 /// every read at the cached rate. The validation jobs' matrices (at most
 /// 2 × 134 MB) fit in the harness's 1 GiB block cache and were written just
@@ -325,7 +344,7 @@ impl Point {
     /// How much slower the slowest successful run was than the fastest:
     /// the noise a point's error is to be read against (0 with one run).
     fn spread(&self) -> f64 {
-        let slowest = self.runs.iter().copied().fold(0.0, f64::max);
+        let slowest = largest(&self.runs);
         if self.runs.len() < 2 || self.measured <= 0.0 {
             return 0.0;
         }
@@ -624,13 +643,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         let (thesis_p, ext_p) = (thesis_params(&now), warm(&now));
         for Measured { slaves: s, best: (r, cpu), runs, load } in std::mem::take(&mut measured[k]) {
             let thesis = predict(case.model, case.n, b, &thesis_p, &thesis_opts(s))?;
-            let extended = predict(case.model, case.n, b, &ext_p, &ext_opts_for(case.model, s))?;
+            let ext_opts = ext_opts_for(case.model, s);
+            let extended = predict(case.model, case.n, b, &ext_p, &ext_opts)?;
             // What each timing alone predicts: how much a point's error
             // owes to when its rates were timed.
             let mut by_timing = Vec::new();
             if timings.len() > 1 {
                 for rates in &timings {
-                    by_timing.push(predict(case.model, case.n, b, &warm(rates), &ext_opts_for(case.model, s))?.predicted);
+                    by_timing.push(predict(case.model, case.n, b, &warm(rates), &ext_opts)?.predicted);
                 }
                 let alone: Vec<String> =
                     by_timing.iter().map(|t| format!("{t:.2} s ({:+.1} %)", 100.0 * (t - r.seconds) / r.seconds)).collect();
@@ -652,14 +672,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 runs,
                 times: r.times,
                 kernels_alone: kernels_alone(case.model, case.n, b, &now)?,
-                parts: model::parts(case.model, case.n, b, &ext_p, &ext_opts_for(case.model, s))?,
+                parts: model::parts(case.model, case.n, b, &ext_p, &ext_opts)?,
                 model_ending: now
                     .task_ending
                     .as_deref()
                     .filter(|c| !c.is_empty() && case.model != App::Raytrace)
                     .map(|c| model::curves::interpolate(c, 8.0 * (b * b) as f64)),
                 by_timing,
-                model_input: ModelInput::new(case.model, &ext_p, &ext_opts_for(case.model, s)),
+                model_input: ModelInput::new(case.model, &ext_p, &ext_opts),
             };
             eprintln!(
                 "{:<9} n={:<5} b={:<5} s={s}: measured {:>7.2} s, predicted {:>7.2} s ({:+.1} %), thesis model {:>7.2} s ({:+.1} %){}",
@@ -719,30 +739,28 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 
     let abs: Vec<f64> = points.iter().map(|p| p.err().abs()).collect();
     let tabs: Vec<f64> = points.iter().map(|p| p.thesis_err().abs()).collect();
-    let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-    let within = abs.iter().filter(|e| **e <= 0.10).count();
+    let within = within_target(&abs);
     let extra = || vec![("quick", json!(args.quick)), ("points", json!(points.len())), ("cores", json!(cores))];
     let fig = |name: &str, value: f64, unit: &str, target: Option<f64>| Figure { name, value, unit, target, extra: extra() }.print();
-    fig("validate_max_abs_error", 100.0 * max(&abs), "%", Some(10.0));
+    fig("validate_max_abs_error", 100.0 * largest(&abs), "%", Some(10.0));
     fig("validate_mean_abs_error", 100.0 * mean(&abs), "%", Some(10.0));
     fig("validate_points_within_10pct", within as f64, "points", Some(points.len() as f64));
     // The run-to-run noise the errors are read against.
     let spreads: Vec<f64> = points.iter().map(Point::spread).collect();
-    fig("validate_max_run_spread", 100.0 * max(&spreads), "%", None);
+    fig("validate_max_run_spread", 100.0 * largest(&spreads), "%", None);
     fig("validate_mean_run_spread", 100.0 * mean(&spreads), "%", None);
     // And how far the host's speed moved under each point.
     let drifts: Vec<f64> = points.iter().map(Point::drift).collect();
-    fig("validate_max_rate_drift", 100.0 * max(&drifts), "%", None);
+    fig("validate_max_rate_drift", 100.0 * largest(&drifts), "%", None);
     fig("validate_mean_rate_drift", 100.0 * mean(&drifts), "%", None);
-    fig("validate_thesis_model_max_abs_error", 100.0 * max(&tabs), "%", Some(10.0));
+    fig("validate_thesis_model_max_abs_error", 100.0 * largest(&tabs), "%", Some(10.0));
     fig("validate_thesis_model_mean_abs_error", 100.0 * mean(&tabs), "%", Some(10.0));
     for app in ["matmul", "cholesky", "lu", "raytrace"] {
         let v: Vec<f64> = points.iter().filter(|p| p.app == app).map(|p| p.err().abs()).collect();
         if !v.is_empty() {
             Figure {
                 name: "validate_app_max_abs_error",
-                value: 100.0 * max(&v),
+                value: 100.0 * largest(&v),
                 unit: "%",
                 target: Some(10.0),
                 extra: vec![("app", json!(app)), ("quick", json!(args.quick))],
@@ -809,7 +827,7 @@ fn print_table(points: &[Point]) {
 /// How far `predictions` lie apart, as a share of the largest (0 for
 /// fewer than two): [`Point::drift`].
 fn drift(predictions: &[f64]) -> f64 {
-    let hi = predictions.iter().copied().fold(0.0, f64::max);
+    let hi = largest(predictions);
     let lo = predictions.iter().copied().fold(f64::INFINITY, f64::min);
     if predictions.len() < 2 || hi <= 0.0 {
         return 0.0;

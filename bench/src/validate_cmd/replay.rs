@@ -18,10 +18,11 @@ use model::{predict, App, Options, Params};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use super::{largest, mean, within_target};
 use crate::report::Figure;
 
 /// What the model was given for one grid point.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct ModelInput {
     /// The app as `bench model` names it (`App`'s `Display`).
     pub(crate) app: String,
@@ -43,7 +44,7 @@ impl ModelInput {
 }
 
 /// One replayed point.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct Replayed {
     app: String,
     n: u64,
@@ -121,14 +122,12 @@ pub(crate) fn run(files: &[PathBuf]) -> anyhow::Result<()> {
         all.extend(points);
     }
     anyhow::ensure!(!all.is_empty(), "no point to replay: the files hold no `model_input` (written before `validate` kept it)");
-    let stats = |errs: Vec<f64>| {
-        let within = errs.iter().filter(|e| e.abs() <= 0.10).count();
-        let mean = errs.iter().map(|e| e.abs()).sum::<f64>() / errs.len() as f64;
-        let max = errs.iter().map(|e| e.abs()).fold(0.0, f64::max);
-        (within, mean, max)
+    let stats = |err: fn(&Replayed) -> f64| {
+        let abs: Vec<f64> = all.iter().map(|p| err(p).abs()).collect();
+        (within_target(&abs), mean(&abs), largest(&abs))
     };
-    let (rw, rmean, rmax) = stats(all.iter().map(Replayed::recorded_err).collect());
-    let (nw, nmean, nmax) = stats(all.iter().map(Replayed::err).collect());
+    let (rw, rmean, rmax) = stats(Replayed::recorded_err);
+    let (nw, nmean, nmax) = stats(Replayed::err);
     println!(
         "{} points: recorded {rw} within 10 %, mean |error| {:.2} %, largest {:.1} %; replayed {nw} within 10 %, mean {:.2} %, largest {:.1} %",
         all.len(),
