@@ -102,8 +102,13 @@ fn a_job_runs_to_the_end_without_the_cli_and_a_new_cli_sees_it() {
     create(s, "B", 256, 256, 64, 2);
     let job = master_ok(s, &["submit", "matmul", "A", "B", "--out", "C"]);
     assert_eq!(job.len(), 36, "the job id alone on stdout: {job:?}");
-    // The submitting CLI has exited; slaves alone finish the job.
-    let slaves: Vec<Child> = (0..2).map(|k| slave(s, &format!("slave-{k}"), &["--exit-when-idle"])).collect();
+    // The submitting CLI has exited; slaves alone finish the job. One
+    // computes as SCHED_IDLE (`--compute idle`), the other as usual.
+    let slaves: Vec<Child> = [&["--exit-when-idle"][..], &["--exit-when-idle", "--compute", "idle"]]
+        .iter()
+        .enumerate()
+        .map(|(k, extra)| slave(s, &format!("slave-{k}"), extra))
+        .collect();
     for mut c in slaves {
         assert!(c.wait().unwrap().success());
     }

@@ -8,6 +8,7 @@
 //! waits in a blocking dequeue. Killed at any instruction, it loses nothing:
 //! its action aborts and the task goes back to the bag, first in line.
 
+pub mod compute;
 pub mod core_wait;
 mod ctx;
 pub mod kill_point;

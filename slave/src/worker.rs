@@ -9,6 +9,7 @@ use apps::job::{run_task, ErrorClass};
 use store_client::{Action, Client, Dequeue, Session, StoreError, Task};
 use uuid::Uuid;
 
+use crate::compute::{ComputePriority, ComputeThread};
 use crate::core_wait::ThreadSched;
 use crate::ctx::{LargestBlock, StoreCtx, Writes};
 use crate::kill_point::{KillPlace, KillPoint, KillSwitch};
@@ -28,11 +29,21 @@ pub struct SlaveConfig {
     pub dequeue_wait: Duration,
     /// Crash tests: where this slave SIGKILLs itself.
     pub kill_point: Option<KillPoint>,
+    /// How the compute thread is scheduled beside the slave's I/O and the
+    /// store node.
+    pub compute: ComputePriority,
 }
 
 /// Runs the slave until it is idle (with `exit_when_idle`) or killed.
 pub async fn run(config: SlaveConfig) -> Result<(), StoreError> {
-    let mut slave = Slave::connect(config).await?;
+    // A kill point counts the tasks of this process, and the compute
+    // thread lives as long: both outlast reconnections.
+    let kill = Arc::new(KillSwitch::new(config.kill_point));
+    let compute = Arc::new(
+        ComputeThread::start(config.compute, tokio::runtime::Handle::current())
+            .map_err(|e| StoreError::StoreUnavailable { what: format!("starting the compute thread: {e}") })?,
+    );
+    let mut slave = Slave::connect(config, kill, compute).await?;
     loop {
         match slave.work().await {
             Ok(Idle::Exit) => return Ok(()),
@@ -84,14 +95,15 @@ struct Slave {
     /// The submit counter as read just before the last scan for jobs.
     submitted: u64,
     kill: Arc<KillSwitch>,
+    /// Where tasks compute (kept across reconnections, as `kill`).
+    compute: Arc<ComputeThread>,
 }
 
 impl Slave {
-    async fn connect(config: SlaveConfig) -> Result<Slave, StoreError> {
+    async fn connect(config: SlaveConfig, kill: Arc<KillSwitch>, compute: Arc<ComputeThread>) -> Result<Slave, StoreError> {
         let client = Client::connect_retrying(&config.store, config.token.as_deref(), None).await?;
         let session = client.open_session(&config.name).await?;
         tracing::info!(session = session.id(), "slave {} connected to {}", config.name, config.store);
-        let kill = Arc::new(KillSwitch::new(config.kill_point));
         Ok(Slave {
             config,
             client,
@@ -102,17 +114,15 @@ impl Slave {
             largest_block: Arc::default(),
             submitted: 0,
             kill,
+            compute,
         })
     }
 
     async fn reconnect(&mut self) -> Result<(), StoreError> {
         loop {
-            match Slave::connect(self.config.clone()).await {
+            match Slave::connect(self.config.clone(), self.kill.clone(), self.compute.clone()).await {
                 Ok(s) => {
-                    // A kill point counts the tasks of this process, not
-                    // of one connection.
-                    let kill = self.kill.clone();
-                    *self = Slave { kill, ..s };
+                    *self = s;
                     return Ok(());
                 }
                 Err(e) if e.is_retryable() => {
@@ -230,7 +240,7 @@ impl Slave {
         Ok(jobs.into_iter().next())
     }
 
-    /// One task in one top-level action: compute on a blocking thread (the
+    /// One task in one top-level action: compute on the compute thread (the
     /// session's heartbeats go on meanwhile), record it done, commit.
     /// Runs one task; on success its ending (block puts, record, commit)
     /// goes on in the background while the caller dequeues the next task.
@@ -246,36 +256,37 @@ impl Slave {
         let rt = tokio::runtime::Handle::current();
         let (client, spec) = (self.client.clone(), job.spec.clone());
         let writes = Writes::new(self.in_flight.clone(), self.largest_block.clone());
-        let (outcome, action, task, writes, waits, (kernels, core_wait), ran) = tokio::task::spawn_blocking(move || {
-            let ran = Instant::now();
-            let mut ctx = StoreCtx {
-                rt,
-                client: &client,
-                action: &action,
-                job: spec.job(),
-                prefetch: Default::default(),
-                writes,
-                waits: Default::default(),
-            };
-            let tries = task.attempts + task.returns;
-            apps::kernels::take_kernel_time();
-            // Two reads of a /proc file per task (some µs each, against a
-            // task's milliseconds); the thread is the blocking pool's, a
-            // different one from task to task, so nothing is kept open.
-            let sched = ThreadSched::now();
-            let outcome = run_task(&spec, &task.payload, tries, &mut ctx);
-            let kernels = apps::kernels::take_kernel_time();
-            let core_wait = match (ThreadSched::now(), sched) {
-                (Some(after), Some(before)) => after.since(before).waited,
-                _ => Duration::ZERO,
-            };
-            // Ends any prefetch the task announced but never read, before
-            // the action commits or aborts.
-            let StoreCtx { writes, waits, .. } = ctx;
-            (outcome, action, task, writes, waits, (kernels, core_wait), (ran.duration_since(started), ran.elapsed()))
-        })
-        .await
-        .map_err(|e| StoreError::StoreUnavailable { what: format!("task thread failed: {e}") })?;
+        let (outcome, action, task, writes, waits, (kernels, core_wait), ran) = self
+            .compute
+            .run(move || {
+                let ran = Instant::now();
+                let mut ctx = StoreCtx {
+                    rt,
+                    client: &client,
+                    action: &action,
+                    job: spec.job(),
+                    prefetch: Default::default(),
+                    writes,
+                    waits: Default::default(),
+                };
+                let tries = task.attempts + task.returns;
+                apps::kernels::take_kernel_time();
+                // Two reads of a /proc file per task (some µs each, against a
+                // task's milliseconds): nothing kept open.
+                let sched = ThreadSched::now();
+                let outcome = run_task(&spec, &task.payload, tries, &mut ctx);
+                let kernels = apps::kernels::take_kernel_time();
+                let core_wait = match (ThreadSched::now(), sched) {
+                    (Some(after), Some(before)) => after.since(before).waited,
+                    _ => Duration::ZERO,
+                };
+                // Ends any prefetch the task announced but never read, before
+                // the action commits or aborts.
+                let StoreCtx { writes, waits, .. } = ctx;
+                (outcome, action, task, writes, waits, (kernels, core_wait), (ran.duration_since(started), ran.elapsed()))
+            })
+            .await
+            .map_err(|e| StoreError::StoreUnavailable { what: format!("task failed: {e}") })?;
         let id = job.id();
         tracing::debug!(
             action = action.id(),
