@@ -52,11 +52,13 @@ pub(crate) struct ClusterConfig {
     pub(crate) base_dir: Option<PathBuf>,
     /// Extra arguments for `master serve` (e.g. `--lease-ms 1000`).
     pub(crate) serve_args: Vec<String>,
+    /// Extra arguments for every `slave` (e.g. `--compute idle`).
+    pub(crate) slave_args: Vec<String>,
 }
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { slaves: 2, cache_mib: 1024, base_dir: None, serve_args: Vec::new() }
+        ClusterConfig { slaves: 2, cache_mib: 1024, base_dir: None, serve_args: Vec::new(), slave_args: Vec::new() }
     }
 }
 
@@ -278,6 +280,7 @@ impl Cluster {
         let log = std::fs::File::create(self.dir.path().join(format!("{name}.log")))?;
         let child = Command::new(self.bin.join("slave"))
             .args(["--store", &self.addr, "--name", &name])
+            .args(&self.config.slave_args)
             .env("OPENBLAS_NUM_THREADS", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -164,6 +164,11 @@ pub(crate) struct Args {
     /// and print the recorded and the new error side by side.
     #[arg(long, value_name = "JSON", num_args = 1..)]
     replay: Vec<PathBuf>,
+    /// How the slaves' compute threads are scheduled (`slave --compute`):
+    /// the model assumes nothing about it, so a grid with `idle` tells how
+    /// far the kernels' hold on the cores moves each point.
+    #[arg(long, value_enum, default_value_t = slave::compute::ComputePriority::Normal)]
+    slave_compute: slave::compute::ComputePriority,
 }
 
 /// A grid point's runs with `slaves` slaves: the fastest (with the CPU
@@ -572,7 +577,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     );
 
     let started = Instant::now();
-    let mut cluster = Cluster::start(ClusterConfig { slaves: 1, ..ClusterConfig::default() })?;
+    let compute = clap::ValueEnum::to_possible_value(&args.slave_compute).map_or("normal".to_owned(), |v| v.get_name().to_owned());
+    let mut cluster =
+        Cluster::start(ClusterConfig { slaves: 1, slave_args: vec!["--compute".into(), compute.clone()], ..ClusterConfig::default() })?;
     let grid_points: Vec<(&Case, u64)> = cases.iter().flat_map(|c| c.blocks.iter().map(move |&b| (c, b))).collect();
     for &(case, b) in &grid_points {
         create_inputs(&cluster, case, b)?;
@@ -724,7 +731,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         let rows: Vec<_> = points
             .iter()
             .map(|p| {
-                json!({"app": p.app, "n": p.n, "b": p.b, "slaves": p.slaves, "measured": p.measured,
+                json!({"app": p.app, "n": p.n, "b": p.b, "slaves": p.slaves, "slave_compute": compute, "measured": p.measured,
                        "predicted": p.extended.predicted, "lwr": p.extended.t_s.lwr, "upr": p.extended.t_s.upr,
                        "thesis_predicted": p.thesis.predicted, "error": p.err(), "thesis_error": p.thesis_err(),
                        "store_cpu": p.store_cpu, "slaves_cpu": p.slaves_cpu, "other_cpu": p.other_cpu, "load": p.load, "ok": p.ok,
