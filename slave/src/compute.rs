@@ -3,9 +3,10 @@
 //! A task's kernels keep a core busy for milliseconds while the slave's
 //! I/O runtime and the store node need that core for short bursts: the
 //! previous task's ending (puts, record, commit), prefetches, heartbeats.
-//! On an ordinary thread every burst can wait in the run queue behind a
-//! kernel: on the two-vCPU test VM an ending took 2.9 times longer beside
-//! a computing core than alone (`bench/VALIDATION.md`).
+//! On an ordinary thread a burst gets the core within microseconds (14 µs
+//! at the median with both vCPUs of the test VM computing) but then shares
+//! it with the kernel: a dag Cholesky's endings took about twice as long
+//! in jobs as alone (`bench/VALIDATION.md`).
 //!
 //! `slave --compute idle` runs the kernels as `SCHED_IDLE`: they give way
 //! at once to any other thread that wakes, the owner's programs on a
@@ -15,8 +16,9 @@
 //! its jobs and the dag LU's got 3–10 % faster; but a multiply at b = 256
 //! with two slaves got 6 % slower and a one-slave Cholesky at b = 512 5 %
 //! slower (the scheduler balances `SCHED_IDLE` threads by a weight of 3
-//! against the node's 1024). So `normal` is the default, and `idle` is
-//! for slaves that must not disturb a workstation's owner.
+//! against the node's 1024), and in two `bench validate` grids run back to
+//! back no job was faster with `idle`. So `normal` is the default, and
+//! `idle` is for slaves that must not disturb a workstation's owner.
 //!
 //! One thread for the slave's lifetime, not the blocking pool's: a thread
 //! cannot leave `SCHED_IDLE` again without privilege, and the pool runs
@@ -101,15 +103,15 @@ fn set_idle() -> std::io::Result<()> {
     }
 }
 
-/// The calling thread's scheduling policy (for tests and logs).
-pub fn current_policy() -> i32 {
-    // SAFETY: reads the calling thread's own policy.
-    unsafe { libc::sched_getscheduler(0) }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The calling thread's scheduling policy.
+    fn current_policy() -> i32 {
+        // SAFETY: reads the calling thread's own policy.
+        unsafe { libc::sched_getscheduler(0) }
+    }
 
     #[tokio::test]
     async fn closures_run_in_order_on_one_thread_of_the_chosen_class() {

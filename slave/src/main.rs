@@ -40,9 +40,8 @@ struct Args {
     /// an ordinary thread. `idle` (Linux `SCHED_IDLE`): it gives way at
     /// once to any other thread that wakes, so the owner's programs on a
     /// shared workstation go first, and so do the store node and this
-    /// slave's own I/O (a task's ending took half as long; jobs of many
-    /// short chained tasks ran 3-10 % faster, a multiply with two slaves
-    /// on two cores 6 % slower).
+    /// slave's own I/O (a task's ending took half as long; jobs were not
+    /// faster for it: a multiply with two slaves on two cores 6 % slower).
     #[arg(long, value_enum, default_value_t = slave::compute::ComputePriority::Normal)]
     compute: slave::compute::ComputePriority,
 }
@@ -70,7 +69,7 @@ fn main() -> anyhow::Result<()> {
         kill_point: args.kill_at,
         compute: args.compute,
     };
-    // One worker thread: the task computes on a blocking thread, and the
+    // One worker thread: the task computes on its compute thread, and the
     // runtime only moves blocks and small requests. With two workers every
     // request woke the idle one to steal work: a matmul slave (n=4096,
     // b=256) spent a quarter of its CPU in context switches and wake-ups,
