@@ -169,6 +169,12 @@ pub(crate) struct Args {
     /// far the kernels' hold on the cores moves each point.
     #[arg(long, value_enum, default_value_t = slave::compute::ComputePriority::Normal)]
     slave_compute: slave::compute::ComputePriority,
+    /// Slave counts each point runs with (comma separated). The model
+    /// prices the store node and every slave sharing `--cores`, so more
+    /// slaves than cores less one is a test of the sharing, not of the
+    /// scaling.
+    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = clap::value_parser!(u64).range(1..))]
+    slaves: Vec<u64>,
 }
 
 /// A grid point's runs with `slaves` slaves: the fastest (with the CPU
@@ -201,6 +207,15 @@ fn grid(args: &Args) -> Vec<Case> {
         Case { app: "raytrace", model: App::Raytrace, n: side, blocks: grains },
     ];
     all.into_iter().filter(|c| args.apps.is_empty() || args.apps.iter().any(|a| a == c.app)).collect()
+}
+
+/// The slave counts asked for, each once, smallest first (the runs of a
+/// point then only ever start slaves, and the table reads in order).
+fn slave_counts(asked: &[u64]) -> Vec<u64> {
+    let mut counts = asked.to_vec();
+    counts.sort_unstable();
+    counts.dedup();
+    counts
 }
 
 /// Cores of this machine (2 if the system cannot say).
@@ -562,17 +577,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let ext_opts_for = |app: App, s: u64| implementation_options(app, s, cores);
 
     let cases = grid(&args);
+    let slave_counts = slave_counts(&args.slaves);
     let mut total_predicted = 0.0;
     for case in &cases {
         for &b in &case.blocks {
-            for s in [1, 2] {
+            for &s in &slave_counts {
                 total_predicted += predict(case.model, case.n, b, &ext_p, &ext_opts_for(case.model, s))?.predicted;
             }
         }
     }
     eprintln!(
         "grid of {} jobs, predicted {:.0} s of job time (plus matrix creation)",
-        cases.iter().map(|c| 2 * c.blocks.len()).sum::<usize>(),
+        cases.iter().map(|c| slave_counts.len() * c.blocks.len()).sum::<usize>(),
         total_predicted
     );
 
@@ -610,7 +626,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     for pass in 0..repeat {
         for (k, &(case, b)) in grid_points.iter().enumerate() {
             timings[k].push(rates_now(&cluster, case, b, &params, args.quick)?);
-            for s in [1u64, 2] {
+            for &s in &slave_counts {
                 while (cluster.slave_pids().len() as u64) < s {
                     cluster.spawn_slave()?;
                 }
@@ -906,7 +922,15 @@ fn plot(points: &[Point], path: &PathBuf) -> anyhow::Result<()> {
         root.titled("bench validate: measured (markers) on the predicted band (bars: lwr..upr T_s, line: prediction)", ("sans-serif", 22))?;
     let apps: Vec<&str> = ["matmul", "cholesky", "lu", "raytrace"].into_iter().filter(|a| points.iter().any(|p| p.app == *a)).collect();
     let panels = root.split_evenly((2, 2));
-    let colours = [RGBColor(31, 119, 180), RGBColor(214, 39, 40)];
+    let colours = [
+        RGBColor(31, 119, 180),
+        RGBColor(214, 39, 40),
+        RGBColor(44, 160, 44),
+        RGBColor(148, 103, 189),
+        RGBColor(255, 127, 14),
+        RGBColor(140, 86, 75),
+    ];
+    let counts = slave_counts(&points.iter().map(|p| p.slaves).collect::<Vec<_>>());
     for (panel, app) in panels.iter().zip(&apps) {
         let pts: Vec<&Point> = points.iter().filter(|p| p.app == *app).collect();
         let bmin = pts.iter().map(|p| p.b).min().unwrap_or(1) as f64;
@@ -928,25 +952,25 @@ fn plot(points: &[Point], path: &PathBuf) -> anyhow::Result<()> {
             .x_desc("block size b (log scale)")
             .y_desc("seconds")
             .draw()?;
-        for (k, s) in [1u64, 2].into_iter().enumerate() {
-            let colour = colours[k];
+        for (k, &s) in counts.iter().enumerate() {
+            let colour = colours[k % colours.len()];
             let mut series: Vec<&&Point> = pts.iter().filter(|p| p.slaves == s).collect();
             series.sort_by_key(|p| p.b);
             // Slaves side by side around each b so the bands do not overlap.
-            let shift = if s == 1 { 0.93 } else { 1.07 };
+            let offset = if counts.len() > 1 { 0.3 * (k as f64 / (counts.len() - 1) as f64 - 0.5) } else { 0.0 };
             chart.draw_series(series.iter().map(|p| {
-                let x = (p.b as f64 * shift).log2();
+                let x = (p.b as f64).log2() + offset;
                 Rectangle::new([(x - 0.04, p.extended.t_s.lwr), (x + 0.04, p.extended.t_s.upr)], colour.mix(0.25).filled())
             }))?;
             chart
                 .draw_series(LineSeries::new(
-                    series.iter().map(|p| ((p.b as f64 * shift).log2(), p.extended.predicted)),
+                    series.iter().map(|p| ((p.b as f64).log2() + offset, p.extended.predicted)),
                     colour.stroke_width(2),
                 ))?
                 .label(format!("s = {s}: predicted"))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
             chart
-                .draw_series(series.iter().map(|p| Circle::new(((p.b as f64 * shift).log2(), p.measured), 6, colour.filled())))?
+                .draw_series(series.iter().map(|p| Circle::new(((p.b as f64).log2() + offset, p.measured), 6, colour.filled())))?
                 .label(format!("s = {s}: measured"))
                 .legend(move |(x, y)| Circle::new((x + 10, y), 5, colour.filled()));
         }
@@ -979,6 +1003,12 @@ mod tests {
         let multiplies = (n / b).pow(3) as f64;
         assert!((fast - multiplies * secs).abs() < 1e-9 * fast, "{fast} vs {}", multiplies * secs);
         assert!((slow - 2.0 * fast).abs() < 1e-9 * slow, "{slow} vs twice {fast}");
+    }
+
+    #[test]
+    fn slave_counts_run_each_once_smallest_first() {
+        assert_eq!(slave_counts(&[8, 2, 1, 2, 4]), vec![1, 2, 4, 8]);
+        assert_eq!(slave_counts(&[3]), vec![3]);
     }
 
     #[test]
