@@ -5,6 +5,7 @@
 mod blocks_cmd;
 mod bsp_cmd;
 mod cluster;
+mod corun;
 mod model_cmd;
 mod ooc_cmd;
 mod params_cmd;
@@ -44,6 +45,9 @@ enum Command {
     Ooc(ooc_cmd::Args),
     /// Ray tracing with 2 slaves at several grains vs a single-process render.
     Raytrace(raytrace_cmd::Args),
+    /// One co-running kernel copy of `bench params` (internal).
+    #[command(hide = true)]
+    CorunCopy(corun::CopyArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -58,6 +62,7 @@ fn main() -> anyhow::Result<()> {
         Command::Queue(args) => queue_cmd::run(args),
         Command::Blocks(args) => blocks_cmd::run(args),
         Command::Ooc(args) => ooc_cmd::run(args),
+        Command::CorunCopy(args) => corun::run_copy(args),
         Command::Raytrace(args) => raytrace_cmd::run(args),
     }
 }

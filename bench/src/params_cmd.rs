@@ -88,6 +88,12 @@ pub(crate) struct Args {
     /// `master serve` and `slave`s from next to this executable).
     #[arg(long)]
     no_job_latency: bool,
+    /// Measure only how much co-running kernels slow each other
+    /// (`corun`, seconds) and write that into the existing file `--out`,
+    /// everything else in it kept: for a file measured before the
+    /// parameter existed, or on a machine whose cores changed.
+    #[arg(long)]
+    corun_only: bool,
 }
 
 /// The two latencies of a real cluster (`master serve` and `slave`s from
@@ -299,7 +305,7 @@ pub(crate) fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-fn random_block(b: usize, seed: u64) -> Block {
+pub(crate) fn random_block(b: usize, seed: u64) -> Block {
     let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     let mut blk = Block::zeros(b, b);
     for v in blk.data.iter_mut() {
@@ -1098,9 +1104,45 @@ fn print_sweep(what: &str, unit: &str, scale: f64, points: &[Point], fitted: &Pi
     eprintln!("{what:<16} => bandwidth {:.1} {unit}/s x{scale:e}, threshold {:.0} {unit}", fitted.bandwidth / scale, fitted.threshold);
 }
 
+/// The co-running slow-downs on this machine's cores, printed.
+fn measure_corun(quick: bool) -> anyhow::Result<model::Corun> {
+    let cores = crate::validate_cmd::this_machine_cores() as usize;
+    let corun = crate::corun::measure(cores, quick)?;
+    for (what, points) in [("block kernels (dgemm b = 512)", &corun.kernels), ("ray tracing", &corun.ray)] {
+        let shown: Vec<String> = points.iter().map(|[k, f]| format!("{k:.0}: {f:.3}")).collect();
+        eprintln!("co-running copies of {what}, each's time against one alone: {}", shown.join(", "));
+    }
+    Ok(corun)
+}
+
+/// Each copy's slow-down with every core running one.
+fn corun_figures(corun: &model::Corun, quick: bool) {
+    let all = |points: &[[f64; 2]]| points.last().map_or(1.0, |p| p[1]);
+    for (name, value) in [("params_corun_kernels_all_cores", all(&corun.kernels)), ("params_corun_ray_all_cores", all(&corun.ray))] {
+        Figure { name, value, unit: "x", target: None, extra: vec![("quick", json!(quick))] }.print();
+    }
+}
+
+/// `--corun-only`: the co-running slow-downs written into `--out`.
+fn corun_into(args: &Args) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&args.out)
+        .with_context(|| format!("reading {} (`--corun-only` updates a parameter file)", args.out.display()))?;
+    let mut params = Params::from_toml_str(&text).with_context(|| format!("parameter file {}", args.out.display()))?;
+    let corun = measure_corun(args.quick)?;
+    params.corun = Some(corun.clone());
+    params.validate()?;
+    std::fs::write(&args.out, params.to_toml_string()?).with_context(|| format!("writing {}", args.out.display()))?;
+    eprintln!("wrote co-running slow-downs into {}", args.out.display());
+    corun_figures(&corun, args.quick);
+    Ok(())
+}
+
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     // Kernel rates are per slave, and a slave runs BLAS on one thread.
     apps::kernels::set_blas_threads(1);
+    if args.corun_only {
+        return corun_into(&args);
+    }
     let started = Instant::now();
     let (kernel_sizes, min_secs, passes): (&[usize], f64, usize) = if args.quick {
         (&[16, 32, 64, 128, 192, 256, 384, 512], 0.05, 1)
@@ -1123,6 +1165,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("ray tracing: {ray:.0} pixels/s (level {RAY_LEVEL}, {RAY_SAMPLES}x{RAY_SAMPLES} samples)");
     let shown: Vec<String> = ray_profile.iter().map(|w| format!("{w:.2}")).collect();
     eprintln!("ray tracing: bands' relative costs, top to bottom: {}", shown.join(" "));
+    let corun = measure_corun(args.quick)?;
 
     let store_blocks: &[usize] = if args.quick { &[32, 64, 128, 256, 512] } else { &[16, 32, 64, 128, 256, 384, 512, 768, 1024] };
     let mut node = Cluster::start(ClusterConfig { slaves: 0, cache_mib: 256, base_dir: args.data.clone(), ..ClusterConfig::default() })?;
@@ -1221,6 +1264,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         // Beside the fits: the kernels' rates keep rising with b over
         // the sizes jobs use, which one bandwidth cannot follow.
         kernels: Some(k.curves()),
+        corun: Some(corun.clone()),
     };
     params.validate()?;
     std::fs::write(&args.out, params.to_toml_string()?).with_context(|| format!("writing {}", args.out.display()))?;
@@ -1228,6 +1272,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 
     let extra = || vec![("quick", json!(args.quick))];
     let fig = |name: &str, value: f64, unit: &str| Figure { name, value, unit, target: None, extra: extra() }.print();
+    corun_figures(&corun, args.quick);
     fig("params_multiply_rate", multiply.bandwidth / 1e6, "Mflop/s");
     fig("params_multiply_threshold", multiply.threshold, "flop");
     fig("params_solve_rate", solve.bandwidth / 1e6, "Mflop/s");

@@ -1,5 +1,5 @@
 //! `bench validate`: runs a grid of real jobs (every application, three
-//! block sizes, one and two slaves) on a [`Cluster`] — a `master serve`
+//! block sizes, one and two slaves or `--slaves`) on a [`Cluster`] — a `master serve`
 //! store node and `slave` processes on this machine — and compares each
 //! measured time with the model's prediction from a parameter file (`bench
 //! params`), the way the thesis's Figs. 4.16–4.17 and 5.1–5.2 do.

@@ -50,6 +50,7 @@
 //! ```
 
 pub mod cholesky;
+pub mod corun;
 pub mod curves;
 mod error;
 pub mod lu;
@@ -67,6 +68,7 @@ pub mod sweep;
 mod volumes;
 
 pub use cholesky::Variant;
+pub use corun::Corun;
 pub use curves::{Kernel, KernelCurves};
 pub use error::{ModelError, ParamsError};
 pub use options::{CholeskyCaching, MatmulCaching, Options, SharedCpu};

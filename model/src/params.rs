@@ -30,6 +30,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::corun::Corun;
 use crate::curves::{Kernel, KernelCurves};
 use crate::error::ParamsError;
 
@@ -271,6 +272,12 @@ pub struct Params {
     /// of its piecewise rate. Absent: the thesis's piecewise rates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernels: Option<KernelCurves>,
+    /// Extension: how many times longer a kernel takes while other slaves
+    /// compute on the machine's other cores ([`crate::corun`]). Applied
+    /// with [`crate::SharedCpu`], one machine's cores. Absent: 1, each
+    /// core as fast as one alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corun: Option<Corun>,
 }
 
 /// MB as the thesis uses it: 10⁶ bytes.
@@ -338,6 +345,7 @@ impl Params {
             store_cpu_per_get: None,
             slave_cpu_per_task: None,
             kernels: None,
+            corun: None,
         }
     }
 
@@ -512,6 +520,9 @@ impl Params {
         }
         if let Some(k) = &self.kernels {
             k.validate()?;
+        }
+        if let Some(c) = &self.corun {
+            c.validate()?;
         }
         if let Some(points) = &self.task_ending {
             crate::curves::validate_points("task_ending", points)?;

@@ -512,12 +512,18 @@ fn predict_over(app: App, n: u64, b: u64, params: &Params, options: &Options, ru
     let task_cpu = free.n_tasks() as f64 * per_task + volumes.n_gets as f64 * params.store_cpu_per_get.unwrap_or(0.0).max(0.0);
     let machine = options.shared_cpu.map(|c| sharing(&free, p, s, ov, c, task_cpu, run));
     let shared = options.shared_cpu.zip(machine).map(|(c, m)| (shared_slowdown(&free, p, 1, ov, c, task_cpu, run), m.kernels.slowdown(s)));
+    // Extension: and each kernel slower for the kernels on the other
+    // cores (`Params::corun`, measured); with one machine's cores only.
+    let corun = |k: u64| match (options.shared_cpu, &params.corun) {
+        (Some(c), Some(corun)) => corun.factor(app == App::Raytrace, k.min(c.cores)),
+        _ => 1.0,
+    };
     let slowdown = |k: u64| match shared {
         Some((one, many)) => {
             if k == 1 {
                 one
             } else {
-                many
+                many * corun(k)
             }
         }
         None => 1.0,
@@ -529,7 +535,7 @@ fn predict_over(app: App, n: u64, b: u64, params: &Params, options: &Options, ru
     // side, at b = 1024 mostly wait on each other's commits).
     // The slow-down of a simulated task while `k` slaves compute at once
     // (the dag's and the barrier steps' simulations below).
-    let computing_slowdown = |k: u64| machine.map_or(1.0, |m| m.kernels.slowdown(k.max(1)));
+    let computing_slowdown = |k: u64| machine.map_or(1.0, |m| m.kernels.slowdown(k.max(1))) * corun(k);
     // From here on, the reads a slave hides are those a spare core lets it
     // hide (the store's share above was found with all of them hidden).
     let ov = Overlap { slave_share: ov.slave_share * machine.map_or(1.0, |m| m.all.spare_core(s)), ..ov };
@@ -921,6 +927,37 @@ mod tests {
         assert_eq!(predict(app, 3000, 300, &params, &shared(1)).unwrap().kernel_slowdown, 1.0);
         let two = predict(app, 3000, 300, &params, &shared(2)).unwrap().kernel_slowdown;
         assert!(two > 1.0 && two < 1.5, "{two}");
+    }
+
+    /// Kernels beside kernels on other cores run at the measured co-run
+    /// factor for the slaves computing at once (the ray tracer at its own),
+    /// on a machine's shared cores only; one slave computes alone.
+    #[test]
+    fn co_running_kernels_are_slowed_by_the_measured_factor() {
+        use crate::options::SharedCpu;
+        let corun = crate::Corun { kernels: vec![[1.0, 1.0], [2.0, 1.1], [4.0, 1.3]], ray: vec![[1.0, 1.0], [8.0, 1.5]] };
+        let plain = Params { ray_pixel_rate: Some(1e5), ..Params::thesis_fast() };
+        let measured = Params { corun: Some(corun), ..plain.clone() };
+        let on = |cores: u64, s: u64| Options { shared_cpu: Some(SharedCpu { cores, store_share: 0.0 }), ..Options::with_slaves(s) };
+        let slowdown = |app: App, p: &Params, o: &Options| predict(app, 4000, 400, p, o).unwrap().kernel_slowdown;
+        let app = App::Matmul;
+        assert_eq!(slowdown(app, &measured, &on(16, 1)), slowdown(app, &plain, &on(16, 1)));
+        for (s, factor) in [(2, 1.1), (3, 1.2), (4, 1.3), (8, 1.3)] {
+            let (with, without) = (slowdown(app, &measured, &on(16, s)), slowdown(app, &plain, &on(16, s)));
+            assert!((with / without - factor).abs() < 1e-9, "s = {s}: {with} / {without}");
+        }
+        let ray = slowdown(App::Raytrace, &measured, &on(16, 8)) / slowdown(App::Raytrace, &plain, &on(16, 8));
+        assert!((ray - 1.5).abs() < 1e-9, "{ray}");
+        // Six slaves on four cores: the kernels of four run at once.
+        let over = slowdown(app, &measured, &on(4, 6)) / slowdown(app, &plain, &on(4, 6));
+        assert!((over - 1.3).abs() < 1e-9, "{over}");
+        // The thesis's machines (no shared cores) ignore it.
+        let (t1, t2) =
+            (predict(app, 4000, 400, &measured, &Options::with_slaves(4)), predict(app, 4000, 400, &plain, &Options::with_slaves(4)));
+        assert_eq!(t1.unwrap().predicted, t2.unwrap().predicted);
+        // And the longer kernels lengthen the run.
+        let (long, short) = (predict(app, 4000, 400, &measured, &on(16, 4)).unwrap(), predict(app, 4000, 400, &plain, &on(16, 4)).unwrap());
+        assert!(long.predicted > short.predicted, "{} vs {}", long.predicted, short.predicted);
     }
 
     /// A read its slave waits for (no spare core hides it) takes a core
