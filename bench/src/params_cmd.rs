@@ -640,13 +640,19 @@ pub(crate) async fn task_costs_now(client: &Client, quick: bool) -> anyhow::Resu
 /// the kernels do (the mean ending at 512 KiB read 0.74, 0.91 and 1.09 ms
 /// in three `bench params` runs within a day), and a dag task's
 /// successors wait for its ending. Returns `(start behind, ending)`.
+///
+/// The matrix is filled first, so that every timed put replaces an older
+/// version of its block, as a job's and `bench params`' do. (Until
+/// 2026-11-27 it was empty, and half the puts made a block's first
+/// version: at 8 MiB the endings re-timed before each point read 8.4–13.4
+/// ms where the parameter file said 3.6, the jobs' own 5.1–10.3, and the
+/// dag Cholesky at b = 1024 with two slaves was predicted 12.6 % long.)
 pub(crate) async fn endings_now(client: &Client, b: usize) -> anyhow::Result<(Point, Point)> {
-    // 16 blocks: the puts overwrite each a few times, as a job's do.
+    // 16 blocks, each then overwritten twice.
     let g = 4u32;
-    let name = format!("bench-endings-now-{}-{b}", std::process::id());
-    let m = client.create_matrix(&name, u64::from(g) * b as u64, u64::from(g) * b as u64, b as u32).await?;
-    let measured = task_starts_behind_endings(client, &[(b, m.id, g)]).await;
-    client.delete_matrix(m.id).await?;
+    let id = filled_matrix(client, &format!("bench-endings-now-{}-{b}", std::process::id()), b, g).await?;
+    let measured = task_starts_behind_endings(client, &[(b, id, g)]).await;
+    client.delete_matrix(id).await?;
     let (starts, endings) = measured?;
     Ok((starts[0], endings[0]))
 }
