@@ -240,10 +240,9 @@ fn time_kernel<T>(min_secs: f64, mut setup: impl FnMut() -> T, mut op: impl FnMu
     let mut x = setup();
     op(&mut x);
     let mut times = Vec::new();
-    let mut evict = CacheEvictor::new();
     let start = Instant::now();
     while times.len() < 3 || start.elapsed().as_secs_f64() < min_secs {
-        evict.run();
+        CacheEvictor::run_here();
         let mut x = setup();
         let t = Instant::now();
         op(&mut x);
@@ -274,11 +273,31 @@ fn time_kernel<T>(min_secs: f64, mut setup: impl FnMut() -> T, mut op: impl FnMu
 struct CacheEvictor(Vec<u64>);
 
 impl CacheEvictor {
-    /// Larger than any last-level cache of the machines we run on.
-    const BYTES: usize = 64 << 20;
+    /// Twice the largest cache this machine reports, and at least 64 MiB
+    /// (a fixed 64 MiB until 2026-11-27, twice this VM's 32 MiB L3; a
+    /// 16-vCPU Xeon VM reported 300 MiB, and timed its kernels on operands
+    /// left in that cache: a matmul job's dgemms at b = 512 ran 22–38 %
+    /// over their time alone there).
+    fn bytes() -> usize {
+        let largest = (0..8)
+            .filter_map(|i| std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size")).ok())
+            .filter_map(|size| cache_bytes(&size))
+            .max()
+            .unwrap_or(0);
+        (2 * largest).max(64 << 20)
+    }
 
     fn new() -> Self {
-        CacheEvictor(vec![1; Self::BYTES / 8])
+        CacheEvictor(vec![1; Self::bytes() / 8])
+    }
+
+    /// Runs this thread's evictor, made on first use (hundreds of MiB on
+    /// a large machine: made once, not per kernel timed).
+    fn run_here() {
+        thread_local! {
+            static EVICTOR: std::cell::RefCell<Option<CacheEvictor>> = const { std::cell::RefCell::new(None) };
+        }
+        EVICTOR.with(|e| e.borrow_mut().get_or_insert_with(CacheEvictor::new).run());
     }
 
     fn run(&mut self) {
@@ -290,6 +309,24 @@ impl CacheEvictor {
         }
         std::hint::black_box(sum);
     }
+}
+
+/// A cache size as sysfs writes it (`32768K`, `1M`, a plain count of
+/// bytes), in bytes.
+fn cache_bytes(size: &str) -> Option<usize> {
+    let size = size.trim();
+    let (digits, unit) = match size.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => size.split_at(at),
+        None => (size, ""),
+    };
+    let scale = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return None,
+    };
+    digits.parse::<usize>().ok()?.checked_mul(scale)
 }
 
 pub(crate) fn median(v: &mut [f64]) -> f64 {
@@ -1334,6 +1371,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_sizes_read_as_sysfs_writes_them() {
+        assert_eq!(cache_bytes("32768K\n"), Some(32 << 20));
+        assert_eq!(cache_bytes("300M"), Some(300 << 20));
+        assert_eq!(cache_bytes("4096"), Some(4096));
+        assert_eq!(cache_bytes("lots"), None);
+        assert_eq!(cache_bytes("12Q"), None);
+        assert!(CacheEvictor::bytes() >= 64 << 20);
+    }
 
     #[test]
     fn fit_recovers_a_piecewise_parameter() {
