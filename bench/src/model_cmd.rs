@@ -102,6 +102,12 @@ pub(crate) struct Args {
     /// tasks' time over a step of three), not its lower bound.
     #[arg(long)]
     simulate_steps: bool,
+    /// Extension, with `--cores`: a task's ending (timed alone in the
+    /// parameter file) shares the cores with the slaves' kernels, and
+    /// takes max(1, (s + 2)/cores) times as long (not with `slave
+    /// --compute idle`, whose kernels give way to it).
+    #[arg(long)]
+    ending_shares_cores: bool,
     /// Store nodes.
     #[arg(long, default_value_t = 1)]
     store_nodes: u64,
@@ -298,6 +304,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             simulate_steps: args.simulate_steps,
             store_nodes: args.store_nodes,
             shared_cpu: args.cores.map(|cores| SharedCpu { cores, store_share: 1.0 }),
+            ending_shares_cores: args.ending_shares_cores,
             use_bsp: args.bsp,
             cached_puts: false,
             raytrace_task_overhead: 0.0,

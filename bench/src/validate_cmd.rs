@@ -28,7 +28,9 @@
 //!   (`Options::lu_parallel_solves`); kernels take their measured times by
 //!   size (`Params::kernels`, LU's dtrsm variants included); the dag
 //!   Cholesky's prediction is its run simulated task by task
-//!   (`Options::simulate_dag`), and the other apps' is each barrier step's
+//!   (`Options::simulate_dag`), its chain waiting for endings that share
+//!   the cores with the kernels (`Options::ending_shares_cores`; off with
+//!   `--slave-compute idle`), and the other apps' is each barrier step's
 //!   tasks list-scheduled on the slaves (`Options::simulate_steps`).
 //!
 //! The grid runs in passes (`--repeat`), every point once per pass, and a
@@ -243,6 +245,7 @@ pub(crate) fn implementation_options(app: App, s: u64, cores: u64) -> Options {
         simulate_dag: true,
         simulate_steps: true,
         pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
+        ending_shares_cores: true,
         ..Options::with_slaves(s)
     }
 }
@@ -574,7 +577,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let cores = args.cores.unwrap_or_else(this_machine_cores);
     let ext_p = warm(&params);
     let thesis_opts = |s: u64| Options::with_slaves(s);
-    let ext_opts_for = |app: App, s: u64| implementation_options(app, s, cores);
+    // Kernels as `SCHED_IDLE` give way to the endings' threads.
+    let kernels_give_way = args.slave_compute == slave::compute::ComputePriority::Idle;
+    let ext_opts_for = |app: App, s: u64| Options { ending_shares_cores: !kernels_give_way, ..implementation_options(app, s, cores) };
 
     let cases = grid(&args);
     let slave_counts = slave_counts(&args.slaves);
@@ -679,6 +684,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     by_timing.iter().map(|t| format!("{t:.2} s ({:+.1} %)", 100.0 * (t - r.seconds) / r.seconds)).collect();
                 eprintln!("  each timing of the rates alone (before the runs of each pass, after the last): {}", alone.join(", "));
             }
+            let model_ending = extended.task_ending.filter(|_| case.model != App::Raytrace);
             let p = Point {
                 app: case.app,
                 n: case.n,
@@ -696,11 +702,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 times: r.times,
                 kernels_alone: kernels_alone(case.model, case.n, b, &now)?,
                 parts: model::parts(case.model, case.n, b, &ext_p, &ext_opts)?,
-                model_ending: now
-                    .task_ending
-                    .as_deref()
-                    .filter(|c| !c.is_empty() && case.model != App::Raytrace)
-                    .map(|c| model::curves::interpolate(c, 8.0 * (b * b) as f64)),
+                model_ending,
                 by_timing,
                 model_input: ModelInput::new(case.model, &ext_p, &ext_opts),
             };

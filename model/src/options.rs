@@ -173,6 +173,19 @@ pub struct Options {
     pub store_nodes: u64,
     /// The store node shares CPUs with the slaves (extension).
     pub shared_cpu: Option<SharedCpu>,
+    /// Extension: with [`Options::shared_cpu`], a task's ending (its put,
+    /// done record and synced commit, timed alone as
+    /// `Params::task_ending`) shares the cores with the slaves' kernels:
+    /// in a job it runs beside the next task's kernel, and its threads
+    /// ([`ENDING_THREADS`]: the slave's runtime and the node's) take their
+    /// turns with every slave's. It takes `max(1, (s + 2) / cores)` times
+    /// its time alone. On this two-vCPU VM the jobs' endings took 1.6–2.5
+    /// times the figure timed alone in four grids (2026-11-27), with one
+    /// slave and two; on a 16-vCPU VM with up to eight slaves, 0.8–1.3
+    /// times; with the kernels as `SCHED_IDLE` (`slave --compute idle`),
+    /// which give way to the ending, 0.9–1.5 times: off there.
+    #[serde(default)]
+    pub ending_shares_cores: bool,
     /// Network transfers cost `l + g·bytes` from the BSP parameters
     /// instead of `bytes / C` (extension; needs `Params::bsp`).
     pub use_bsp: bool,
@@ -213,6 +226,7 @@ impl Default for Options {
             simulate_steps: false,
             store_nodes: 1,
             shared_cpu: None,
+            ending_shares_cores: false,
             use_bsp: false,
             cached_puts: false,
             raytrace_task_overhead: 0.0,
@@ -220,6 +234,11 @@ impl Default for Options {
         }
     }
 }
+
+/// Threads of a task's ending that want a core while it runs: the
+/// slave's runtime (the put's bytes, the record, the commit) and the
+/// node's thread serving it ([`Options::ending_shares_cores`]).
+pub const ENDING_THREADS: f64 = 2.0;
 
 impl Options {
     /// Default options with `s` slaves.

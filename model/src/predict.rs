@@ -134,6 +134,10 @@ pub struct Prediction {
     /// (`bench validate`'s `kernels` column), those a step's last tasks
     /// run alone included.
     pub kernel_slowdown: f64,
+    /// A task's ending under write-behind as this run pays it (the
+    /// measured `Params::task_ending`, shared cores included); `None`
+    /// without the curve or without write-behind.
+    pub task_ending: Option<f64>,
 }
 
 /// Compute slow-down with `slaves` slaves and the store on `c`'s cores:
@@ -340,7 +344,18 @@ fn dag_overhead(params: &Params, start_behind: f64, measured_ending: Option<f64>
 /// (`Params::task_ending` at the bytes it puts), with write-behind;
 /// without it the put is in the task's foreground.
 fn measured_ending(app: App, params: &Params, n: u64, b: u64, options: &Options) -> Option<f64> {
-    behind_curve(params.task_ending.as_deref(), app, n, b, options)
+    Some(behind_curve(params.task_ending.as_deref(), app, n, b, options)? * ending_stretch(options))
+}
+
+/// How many times its time alone a task's ending takes in a job
+/// ([`Options::ending_shares_cores`]).
+fn ending_stretch(options: &Options) -> f64 {
+    match options.shared_cpu {
+        Some(c) if options.ending_shares_cores => {
+            ((options.slaves as f64 + crate::options::ENDING_THREADS) / c.cores.max(1) as f64).max(1.0)
+        }
+        _ => 1.0,
+    }
 }
 
 /// Seconds every task waits at the slave beyond its share of the round
@@ -642,6 +657,7 @@ fn predict_over(app: App, n: u64, b: u64, params: &Params, options: &Options, ru
             params.slave_start.unwrap_or(0.0),
         ),
         kernel_slowdown: slowdown(s),
+        task_ending: measured_ending(app, params, n, b, options),
     })
 }
 
@@ -927,6 +943,38 @@ mod tests {
         assert_eq!(predict(app, 3000, 300, &params, &shared(1)).unwrap().kernel_slowdown, 1.0);
         let two = predict(app, 3000, 300, &params, &shared(2)).unwrap().kernel_slowdown;
         assert!(two > 1.0 && two < 1.5, "{two}");
+    }
+
+    /// A task's ending shares the cores with the slaves' kernels: on two
+    /// cores it takes 1.5 times its time alone with one slave and twice
+    /// with two; on sixteen, with eight slaves, its time alone. The dag's
+    /// chain waits for it, so its run is longer; the thesis's options and
+    /// the flag off leave it alone.
+    #[test]
+    fn an_ending_beside_the_kernels_shares_their_cores() {
+        use crate::options::SharedCpu;
+        let params = Params { task_overhead: Some(3e-4), task_ending: Some(vec![[5e5, 1e-3], [8e6, 4e-3]]), ..Params::thesis_fast() };
+        let on = |cores: u64, s: u64, shares: bool| Options {
+            shared_cpu: Some(SharedCpu { cores, store_share: 1.0 }),
+            write_behind: true,
+            simulate_dag: true,
+            ending_shares_cores: shares,
+            ..Options::with_slaves(s)
+        };
+        let dag = App::Cholesky(Variant::Dag);
+        let (n, b) = (2048, 256);
+        let ending = |o: &Options| predict(dag, n, b, &params, o).unwrap().task_ending.unwrap();
+        // The curve at 512 KiB, as the parameter file prices it alone.
+        let alone = crate::curves::interpolate(params.task_ending.as_deref().unwrap(), 8.0 * 65536.0);
+        for (cores, s, stretch) in [(2, 1, 1.5), (2, 2, 2.0), (16, 8, 1.0), (16, 15, 17.0 / 16.0)] {
+            let got = ending(&on(cores, s, true));
+            assert!((got / alone - stretch).abs() < 1e-9, "{cores} cores, {s} slaves: {got} against {alone}");
+            assert!((ending(&on(cores, s, false)) - alone).abs() < 1e-12);
+        }
+        let (shared, not) = (predict(dag, n, b, &params, &on(2, 2, true)).unwrap(), predict(dag, n, b, &params, &on(2, 2, false)).unwrap());
+        assert!(shared.predicted > not.predicted, "{} vs {}", shared.predicted, not.predicted);
+        let thesis = Options { write_behind: true, ending_shares_cores: true, ..Options::with_slaves(2) };
+        assert!((ending(&thesis) - alone).abs() < 1e-12, "no shared cores, no sharing");
     }
 
     /// Kernels beside kernels on other cores run at the measured co-run
