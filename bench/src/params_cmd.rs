@@ -89,7 +89,7 @@ pub(crate) struct Args {
     #[arg(long)]
     no_job_latency: bool,
     /// Measure only how much co-running kernels slow each other
-    /// (`corun`, seconds) and write that into the existing file `--out`,
+    /// (`corun`, factors against one copy alone) and write that into the existing file `--out`,
     /// everything else in it kept: for a file measured before the
     /// parameter existed, or on a machine whose cores changed.
     #[arg(long)]
@@ -295,9 +295,9 @@ impl CacheEvictor {
     /// a large machine: made once, not per kernel timed).
     fn run_here() {
         thread_local! {
-            static EVICTOR: std::cell::RefCell<Option<CacheEvictor>> = const { std::cell::RefCell::new(None) };
+            static EVICTOR: std::cell::RefCell<CacheEvictor> = std::cell::RefCell::new(CacheEvictor::new());
         }
-        EVICTOR.with(|e| e.borrow_mut().get_or_insert_with(CacheEvictor::new).run());
+        EVICTOR.with(|e| e.borrow_mut().run());
     }
 
     fn run(&mut self) {
@@ -1168,9 +1168,7 @@ fn corun_figures(corun: &model::Corun, quick: bool) {
 
 /// `--corun-only`: the co-running slow-downs written into `--out`.
 fn corun_into(args: &Args) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.out)
-        .with_context(|| format!("reading {} (`--corun-only` updates a parameter file)", args.out.display()))?;
-    let mut params = Params::from_toml_str(&text).with_context(|| format!("parameter file {}", args.out.display()))?;
+    let mut params = crate::validate_cmd::load_params(&args.out).context("`--corun-only` updates an existing parameter file")?;
     let corun = measure_corun(args.quick)?;
     params.corun = Some(corun.clone());
     params.validate()?;

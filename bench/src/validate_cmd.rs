@@ -560,7 +560,7 @@ fn typical_rates(timings: &[Params]) -> Params {
     }
 }
 
-fn load_params(path: &PathBuf) -> anyhow::Result<Params> {
+pub(crate) fn load_params(path: &PathBuf) -> anyhow::Result<Params> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading {} (write it with `bench params --out {}`)", path.display(), path.display()))?;
     Params::from_toml_str(&text).with_context(|| format!("parameter file {}", path.display()))

@@ -5,8 +5,8 @@
 //! that sets its clocks (on a virtual machine, also whatever the host's
 //! threads behind its virtual cores share), so a kernel's time alone is
 //! not its time while other slaves compute. `bench params` measures the
-//! ratio directly: `k` threads run copies of a kernel at once, and each
-//! copy's time is set against one copy's alone. The model multiplies a
+//! ratio directly: `k` processes, as `k` slaves are, run copies of a
+//! kernel at once, and each copy's time is set against one copy's alone. The model multiplies a
 //! kernel's time by the factor for the number of slaves computing at that
 //! moment, on top of the cores' time-sharing ([`crate::SharedCpu`]),
 //! which counts only threads waiting for a core.

@@ -350,10 +350,10 @@ fn measured_ending(app: App, params: &Params, n: u64, b: u64, options: &Options)
 /// How many times its time alone a task's ending takes in a job
 /// ([`Options::ending_shares_cores`]).
 fn ending_stretch(options: &Options) -> f64 {
+    // The cores' time-sharing, with the ending's threads in the store's
+    // place beside the slaves' kernels.
     match options.shared_cpu {
-        Some(c) if options.ending_shares_cores => {
-            ((options.slaves as f64 + crate::options::ENDING_THREADS) / c.cores.max(1) as f64).max(1.0)
-        }
+        Some(c) if options.ending_shares_cores => SharedCpu { store_share: crate::options::ENDING_THREADS, ..c }.slowdown(options.slaves),
         _ => 1.0,
     }
 }
