@@ -50,9 +50,21 @@ impl Node {
     }
 }
 
-/// Writes the header, then moves the payload from `pipe` into the file as
-/// it arrives (starting each piece's writeback if the put syncs), and if
-/// `sync` checks it against the header's checksum and syncs. (A put that
+/// Moves the payload from `pipe` into the file as it arrives (starting
+/// each piece's writeback if the put syncs), then writes the header, and
+/// if `sync` checks the payload against the header's checksum and syncs.
+///
+/// The header goes last because the page cache sizes a file's folios by
+/// its first writes: a 32-byte header written first made page 0 a folio
+/// of its own, and the payload behind it, unaligned, came in folios of
+/// 1, 2, 4, … 64 pages (nine for a 512 KiB block, read from
+/// `/proc/kpageflags`), where one write from offset 0 makes one folio of
+/// 128 pages. Every later get reads those folios: a `pread` of the
+/// payload took 25–27 µs against 18–19 for the same bytes written in one
+/// piece, and `bench blocks --sizes 256 --no-cold` warm gets went from
+/// 0.44–0.47 of raw to 0.50–0.52 (three alternations). Either order is
+/// as safe: nothing reads a staged version before its commit, and the
+/// sync covers both. (A put that
 /// does not sync leaves both to its commit: `Staging::check_at_sync`.)
 /// `Err`: the pipe failed; `Ok(Err)`: the file failed, or the payload is
 /// not the one the checksum names (the pipe is drained either way).
@@ -63,10 +75,6 @@ async fn splice_pieces(
     sync: bool,
     pipe: &PipeReader,
 ) -> std::io::Result<Result<(), Piece>> {
-    if let Err(e) = staging.write_unsynced_at(&header.encode_stamped(staging.stamp()), 0) {
-        pipe.discard(payload).await.map_err(lost)?;
-        return Ok(Err(Piece::Io(e)));
-    }
     let mut done = 0;
     while done < payload {
         let at = (HEADER_LEN + done) as u64;
@@ -83,6 +91,9 @@ async fn splice_pieces(
             }
             Err(e) => return Err(lost(e)),
         }
+    }
+    if let Err(e) = staging.write_unsynced_at(&header.encode_stamped(staging.stamp()), 0) {
+        return Ok(Err(Piece::Io(e)));
     }
     if !sync {
         return Ok(Ok(()));
