@@ -108,13 +108,20 @@ pub(crate) struct Args {
     /// --compute idle`, whose kernels give way to it).
     #[arg(long)]
     ending_shares_cores: bool,
+    /// Extension, ray tracing: each grain's pixels are one small object in
+    /// its task's commit (this implementation), not a stored object of
+    /// their own: no disk write beyond the commit the per-task overhead
+    /// prices
+    #[arg(long)]
+    pixels_in_commit: bool,
     /// Store nodes.
     #[arg(long, default_value_t = 1)]
     store_nodes: u64,
     /// This implementation on this machine, as `bench validate` predicts
     /// it: --overlap (one block ahead, write-behind), --slave-reads,
     /// --diagonal-syrk, --lu-parallel-solves, --simulate-dag,
-    /// --simulate-steps, and --cores
+    /// --simulate-steps, --ending-shares-cores, --pixels-in-commit (ray
+    /// tracing's grains written behind too), and --cores
     /// (default: this machine's). Other
     /// organisation flags are ignored with it.
     #[arg(long)]
@@ -284,7 +291,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let params = if args.warm_store { crate::validate_cmd::warm(&params) } else { params };
     let options = if args.this_system {
         let cores = args.cores.unwrap_or_else(crate::validate_cmd::this_machine_cores);
-        crate::validate_cmd::implementation_options(app, args.slaves, cores)
+        crate::validate_cmd::implementation_options(args.slaves, cores)
     } else {
         Options {
             slaves: args.slaves,
@@ -308,6 +315,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             use_bsp: args.bsp,
             cached_puts: false,
             raytrace_task_overhead: 0.0,
+            pixels_in_commit: args.pixels_in_commit,
             // Predictions are for this implementation's jobs (8-bit RGB).
             pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
         }

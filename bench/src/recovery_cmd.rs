@@ -71,7 +71,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let kills = args.kills.unwrap_or(if args.quick { 3 } else { 12 });
     let slaves = 2u64;
     let cores = this_machine_cores();
-    let options = implementation_options(App::Matmul, slaves, cores);
+    let options = implementation_options(slaves, cores);
 
     let started = Instant::now();
     let mut c = Cluster::start(ClusterConfig { slaves: slaves as usize, ..ClusterConfig::default() })?;

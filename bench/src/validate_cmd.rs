@@ -229,11 +229,15 @@ pub(crate) fn this_machine_cores() -> u64 {
 /// store node on one machine of `cores` cores (the module docs list what
 /// each stands for). Matmul, Cholesky and LU tasks announce their blocks
 /// and the slave prefetches 2 MiB of them, at least one block, ahead while
-/// computing (§5.5.2, within a task).
-pub(crate) fn implementation_options(app: App, s: u64, cores: u64) -> Options {
+/// computing (§5.5.2, within a task). Every app's slave writes its output
+/// behind the next task, ray tracing's grains too (a part of the slave's
+/// overlap in the model: until 2026-11-27 ray tracing had none, and each
+/// grain's write and sync stood in its task's time), and a grain's pixels
+/// go in its commit (`Options::pixels_in_commit`).
+pub(crate) fn implementation_options(s: u64, cores: u64) -> Options {
     Options {
         shared_cpu: Some(SharedCpu { cores, store_share: 1.0 }),
-        slave_overlap: matches!(app, App::Matmul | App::Cholesky(_) | App::Lu { .. }),
+        slave_overlap: true,
         slave_overlap_share: model::ONE_BLOCK_AHEAD_OF_PAIRS,
         slave_prefetch_bytes: model::SLAVE_PREFETCH_BYTES,
         prefetch_within_task: true,
@@ -245,6 +249,7 @@ pub(crate) fn implementation_options(app: App, s: u64, cores: u64) -> Options {
         simulate_dag: true,
         simulate_steps: true,
         pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
+        pixels_in_commit: true,
         ending_shares_cores: true,
         ..Options::with_slaves(s)
     }
@@ -306,7 +311,7 @@ fn kernels_alone(app: App, n: u64, b: u64, params: &Params) -> anyhow::Result<f6
         return Ok(0.0);
     }
     let p = Params { kernels: params.kernels.clone(), ..thesis_params(params).with_free_transfers() };
-    let opts = Options { shared_cpu: None, slave_overlap: false, ..implementation_options(app, 1, 1) };
+    let opts = Options { shared_cpu: None, slave_overlap: false, ..implementation_options(1, 1) };
     Ok(predict(app, n, b, &p, &opts)?.t1)
 }
 
@@ -579,7 +584,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let thesis_opts = |s: u64| Options::with_slaves(s);
     // Kernels as `SCHED_IDLE` give way to the endings' threads.
     let kernels_give_way = args.slave_compute == slave::compute::ComputePriority::Idle;
-    let ext_opts_for = |app: App, s: u64| Options { ending_shares_cores: !kernels_give_way, ..implementation_options(app, s, cores) };
+    let ext_opts_for = |s: u64| Options { ending_shares_cores: !kernels_give_way, ..implementation_options(s, cores) };
 
     let cases = grid(&args);
     let slave_counts = slave_counts(&args.slaves);
@@ -587,7 +592,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     for case in &cases {
         for &b in &case.blocks {
             for &s in &slave_counts {
-                total_predicted += predict(case.model, case.n, b, &ext_p, &ext_opts_for(case.model, s))?.predicted;
+                total_predicted += predict(case.model, case.n, b, &ext_p, &ext_opts_for(s))?.predicted;
             }
         }
     }
@@ -671,7 +676,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         let (thesis_p, ext_p) = (thesis_params(&now), warm(&now));
         for Measured { slaves: s, best: (r, cpu), runs, load } in std::mem::take(&mut measured[k]) {
             let thesis = predict(case.model, case.n, b, &thesis_p, &thesis_opts(s))?;
-            let ext_opts = ext_opts_for(case.model, s);
+            let ext_opts = ext_opts_for(s);
             let extended = predict(case.model, case.n, b, &ext_p, &ext_opts)?;
             // What each timing alone predicts: how much a point's error
             // owes to when its rates were timed.

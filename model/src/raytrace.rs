@@ -39,21 +39,24 @@ fn grains(rows: u64, grain: u64) -> impl Iterator<Item = u64> {
 }
 
 /// One step of all tasks for an `side × side` image with `grain` rows per
-/// task; compute from `Params::ray_rate`, output through the store (disk
-/// and network), plus `Options::raytrace_task_overhead` per task.
+/// task; compute from `Params::ray_rate`, output through the store (disk,
+/// unless `Options::pixels_in_commit`, and network), plus
+/// `Options::raytrace_task_overhead` per task.
 pub fn steps(params: &Params, side: u64, grain: u64, options: &Options, slowdown: f64) -> Vec<Step> {
     let mut st = Step::default();
     for (k, rows) in grains(side, grain).enumerate() {
         let bytes = options.pixel_bytes * (rows * side) as f64;
         // In the bag's order, top to bottom, each grain at its rows' cost.
         let weight = params.ray_rows_weight(k as u64 * grain, rows, side);
+        let disk = if options.pixels_in_commit { 0.0 } else { params.disk_put.cost(bytes) };
+        let net = params.network.cost(bytes);
         st.push(
             1,
             TaskCost {
-                disk: params.disk_put.cost(bytes),
-                net: params.network.cost(bytes),
+                disk,
+                net,
                 comp: slowdown * weight * (rows * side) as f64 / params.ray_rate() + options.raytrace_task_overhead,
-                put: params.disk_put.cost(bytes) + params.network.cost(bytes),
+                put: disk + net,
                 at_slave: 0.0,
                 lead: 0.0,
             },
@@ -78,6 +81,30 @@ pub fn memory_per_slave(side: u64, grain: u64, options: &Options) -> f64 {
 mod tests {
     use super::*;
     use crate::schedule::Overlap;
+
+    /// A grain's pixels in its commit cost their transfer and no disk
+    /// write; written behind, the grain's output leaves its slave's time
+    /// altogether, and only the store's busy time keeps it.
+    #[test]
+    fn pixels_in_the_commit_cost_no_disk_write_and_go_behind_the_next_grain() {
+        let params = crate::Params::thesis_fast();
+        let (side, grain) = (512u64, 8u64);
+        let bytes = 3.0 * (grain * side) as f64;
+        let own = Options { pixel_bytes: 3.0, ..Options::default() };
+        let in_commit = Options { pixels_in_commit: true, ..own.clone() };
+        let task = |o: &Options| steps(&params, side, grain, o, 1.0)[0].classes[0].cost;
+        let (a, b) = (task(&own), task(&in_commit));
+        assert_eq!(a.disk, params.disk_put.cost(bytes));
+        assert!(a.disk > 0.0);
+        assert_eq!((b.disk, b.net, b.put), (0.0, params.network.cost(bytes), params.network.cost(bytes)));
+        assert_eq!(a.comp, b.comp);
+        let st = &steps(&params, side, grain, &in_commit, 1.0)[0];
+        let compute: f64 = st.classes.iter().map(|c| c.count as f64 * c.cost.comp).sum();
+        let behind = Overlap { slave: true, write_behind: true, ..Overlap::NONE };
+        assert!((st.t1(behind) - compute).abs() < 1e-12, "written behind: {} against compute {compute}", st.t1(behind));
+        assert!(st.t1(Overlap::NONE) > compute, "in the foreground the transfer counts");
+        assert!(st.store_busy(behind) > 0.0);
+    }
 
     /// Unequal rows leave T₁ alone and make two slaves' run longer than an
     /// even split: the bag hands out grains top to bottom.
