@@ -143,9 +143,14 @@ impl Node {
         self.db.is_current(&key, version)
     }
 
-    /// Starts reading an opened block's file into the page cache; whether
-    /// it was not cached.
-    pub(crate) fn prefetch_block(&self, file: &std::fs::File) -> bool {
+    /// An opened block's header if its file is in the page cache
+    /// (`files::cached_version_header`).
+    pub(crate) fn cached_block_header(&self, file: &std::fs::File) -> Option<BlockHeader> {
+        crate::files::cached_version_header(file)
+    }
+
+    /// Starts reading an opened block's file into the page cache.
+    pub(crate) fn prefetch_block(&self, file: &std::fs::File) {
         crate::files::will_need(file)
     }
 

@@ -252,25 +252,31 @@ async fn open_blocks(
         let mut cold = false;
         for &(i, j) in blocks {
             let (version, file) = node.open_block(action, BlockKey { matrix, i, j }, mode).await?;
+            let mut cached = None;
             if blocks.len() > 1 {
-                cold |= node.prefetch_block(&file);
+                cached = node.cached_block_header(&file);
+                if cached.is_none() {
+                    node.prefetch_block(&file);
+                    cold = true;
+                }
             }
-            files.push((BlockKey { matrix, i, j }, version, file));
+            files.push((BlockKey { matrix, i, j }, version, file, cached));
         }
-        // Headers after all the opens: a header read waits for its file's
-        // first page, and by then every file of the batch is being read.
-        let headers: Vec<_> = files.iter().map(|(key, _, f)| node.block_header(f, *key)).collect();
+        // The headers not cached after all the opens: a header read waits
+        // for its file's first page, and by then every file of the batch
+        // is being read.
+        let headers: Vec<_> = files.iter().map(|(key, _, f, cached)| cached.map_or_else(|| node.block_header(f, *key), Ok)).collect();
         // A moved pointer also explains a header that failed its checks
         // (a file being rewritten): read again before reporting it.
         let mut current = true;
         if action.is_none() {
-            for (key, version, _) in &files {
+            for (key, version, _, _) in &files {
                 current &= node.is_current(*key, *version)?;
             }
         }
         if current {
             let headers = headers.into_iter().collect::<Result<Vec<_>, _>>()?;
-            return Ok((headers.into_iter().zip(files).map(|(h, (_, _, f))| (h, f)).collect(), cold));
+            return Ok((headers.into_iter().zip(files).map(|(h, (_, _, f, _))| (h, f)).collect(), cold));
         }
     }
     Err(StoreError::Corrupt { what: format!("blocks of {matrix}: kept being replaced while read without a lock") })

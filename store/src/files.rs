@@ -153,37 +153,37 @@ pub(crate) struct BlockFiles {
 }
 
 /// Starts reading a version's file into the page cache (a hint: failure
-/// changes nothing). For the files of a batch, opened before any header is
-/// read, so that a cold batch's reads are all in flight at once. Not for a
-/// single get: its reader's own `pread` starts the same read, and on a
-/// cached file the hint costs a walk of its pages (b = 1024 warm gets:
-/// 0.55-0.61 of raw with it, 0.65-0.67 without). Returns whether the file
-/// was not cached (the hint given).
-pub(crate) fn will_need(f: &File) -> bool {
-    if last_page_cached(f) {
-        return false;
-    }
+/// changes nothing). For the files of a batch found not cached
+/// ([`cached_version_header`]), so that a cold batch's reads are all in
+/// flight at once. Not for a single get: its reader's own `pread` starts
+/// the same read, and on a cached file the hint costs a walk of its pages
+/// (b = 1024 warm gets: 0.55-0.61 of raw with it, 0.65-0.67 without).
+pub(crate) fn will_need(f: &File) {
     // SAFETY: a plain syscall on a descriptor this function borrows.
     unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
-    true
 }
 
-/// Whether the file's last byte is in the page cache: a read that may not
-/// wait (`RWF_NOWAIT`) gets it. A version is written and read whole, front
-/// to back, so then the rest is too, and the hint's walk of the cached
-/// pages is skipped (b = 256 warm gets in batches of 16: about 7 µs a
-/// block of the node's 21 before its reply). A filesystem that does not
-/// know the flag answers an error: the hint is given then.
-fn last_page_cached(f: &File) -> bool {
-    let Ok(len) = f.metadata().map(|m| m.len()) else { return false };
-    if len == 0 {
-        return true;
+/// An opened version's header, checked as [`version_header`] checks it,
+/// if its first page is in the page cache: a read that may not wait
+/// (`RWF_NOWAIT`) gets it. The payload's first folio holds the header's
+/// page (a spliced put writes the header after its payload, a streamed
+/// one with its first piece, `spliced.rs`), so a cached header means a
+/// cached block, and the batch's read hint is skipped for it. One read
+/// where a probe of the file's last byte and then the header's read made
+/// two. `None` (not cached, a filesystem without the flag, or a header
+/// that fails its checks) leaves the caller to give the hint and read the
+/// header with [`version_header`], which says what is wrong.
+pub(crate) fn cached_version_header(f: &File) -> Option<BlockHeader> {
+    let mut head = [0u8; HEADER_LEN];
+    let iov = libc::iovec { iov_base: head.as_mut_ptr().cast(), iov_len: HEADER_LEN };
+    // SAFETY: `iov` points at `HEADER_LEN` writable bytes that outlive the call.
+    let got = unsafe { libc::preadv2(f.as_raw_fd(), &iov, 1, 0, libc::RWF_NOWAIT) };
+    if got != HEADER_LEN as isize {
+        return None;
     }
-    let mut byte = 0u8;
-    let iov = libc::iovec { iov_base: (&mut byte as *mut u8).cast(), iov_len: 1 };
-    // SAFETY: `iov` points at one writable byte that outlives the call.
-    let got = unsafe { libc::preadv2(f.as_raw_fd(), &iov, 1, (len - 1) as libc::off_t, libc::RWF_NOWAIT) };
-    got == 1
+    let header = block::decode_header(&head)?;
+    let len = f.metadata().ok()?.len();
+    (len == (HEADER_LEN + header.payload_len()) as u64).then_some(header)
 }
 
 /// Reads an opened version's header and checks that the file is as long
@@ -838,16 +838,23 @@ mod tests {
 
     /// A version just written is in the page cache, so a batch's read hint
     /// is skipped for it (the check itself must work here: a check that
-    /// always failed would give every warm batch the hint's cost back).
+    /// always failed would give every warm batch the hint's cost back);
+    /// one whose header fails its checks is left to the read that reports it.
     #[test]
     fn a_version_just_written_counts_as_cached() {
         let dir = tempfile::tempdir().unwrap();
         let files = BlockFiles::open(dir.path()).unwrap();
-        let v = files.write(&[7u8; 3 << 20]).unwrap();
+        let payload = vec![7u8; 3 << 20];
+        let header = BlockHeader { rows: 512, cols: 768, crc32c: block::checksum(&payload) };
+        let mut value = header.encode().to_vec();
+        value.extend_from_slice(&payload);
+        let v = files.write(&value).unwrap();
         let f = File::open(files.path(v)).unwrap();
-        assert!(last_page_cached(&f));
-        let empty = File::create(dir.path().join("empty")).unwrap();
-        assert!(last_page_cached(&empty), "nothing to read ahead");
+        assert_eq!(cached_version_header(&f), Some(header));
+        let short = files.write(&value[..value.len() - 8]).unwrap();
+        assert_eq!(cached_version_header(&File::open(files.path(short)).unwrap()), None, "shorter than its header says");
+        let garbage = files.write(&[7u8; 4096]).unwrap();
+        assert_eq!(cached_version_header(&File::open(files.path(garbage)).unwrap()), None, "no block header");
     }
 
     /// Block files holding one retired version of 64 bytes, which the next
