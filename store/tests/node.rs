@@ -140,19 +140,20 @@ async fn many_blocks_come_back_in_the_order_asked_under_read_locks() {
         assert!(matches!(e, StoreError::Corrupt { .. }), "{path:?}: {e}");
         let e = n.client.read_blocks_committed(m.id, &[(1, 1), (1, 2)]).await.unwrap_err();
         assert!(matches!(e, StoreError::Corrupt { .. }), "{path:?}: {e}");
-        // A local get is answered in groups (two blocks, then four at a
-        // time): a refusal after some groups went out, and a damaged block
-        // with more groups behind it, leave the connection in step.
-        let mut ids: Vec<(u32, u32)> = (0..10).map(|j| (0, j)).collect();
+        // A local get is answered in groups of 16 blocks: a refusal after a
+        // group went out, and a damaged block with another group behind
+        // it, leave the connection in step.
+        let mut ids: Vec<(u32, u32)> = (0..20).map(|j| (0, j)).collect();
         ids.push((3, 0));
         let e = r.get_blocks(m.id, &ids).await.unwrap_err();
         assert!(matches!(e, StoreError::InvalidArgument { .. }), "{path:?}: {e}");
-        let ids = [(1, 0), (1, 1), (1, 3), (1, 2), (1, 4), (1, 5), (1, 6), (1, 7), (1, 8)];
+        let ids: Vec<(u32, u32)> = (0..30).map(|j| (1, j)).collect();
         let e = r.get_blocks(m.id, &ids).await.unwrap_err();
         assert!(matches!(e, StoreError::Corrupt { .. }), "{path:?}: {e}");
-        let ids: Vec<(u32, u32)> = (10..19).map(|j| (2, j)).collect();
+        let ids: Vec<(u32, u32)> = (5..30).map(|j| (2, j)).collect();
         let got = r.get_blocks(m.id, &ids).await.unwrap();
-        assert_eq!(got, ids.iter().map(|&(i, j)| block(5, 8, (100 * i + j) as f64)).collect::<Vec<_>>(), "{path:?}");
+        let want: Vec<_> = ids.iter().map(|&(i, j)| (shape(i, j), (100 * i + j) as f64)).map(|((rr, cc), v)| block(rr, cc, v)).collect();
+        assert_eq!(got, want, "{path:?}");
         r.abort().await.unwrap();
     }
 }

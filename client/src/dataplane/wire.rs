@@ -30,8 +30,9 @@
 //!         the client reads the payload from it at offset 32
 //!         ok get of many: len = Σ (32 + payload), each block's stored
 //!         form (header, payload) in request order
-//!         ok local get of many: len = n × 32, the blocks' headers in
-//!         request order, and their n descriptors passed with the reply
+//!         ok local get of many: one reply per group of k blocks (the
+//!         node's groups, up to all n), each len = k × 32, the group's
+//!         headers in request order, and its k descriptors passed with it
 //!         ok put / spliced put / pipe / hello: len = 0
 //!         ok call: len bytes of the method's protobuf reply
 //!         error: len bytes of ErrorDetail (protobuf), see StoreError::to_detail
