@@ -49,17 +49,13 @@ impl Corun {
         at.max(1.0)
     }
 
+    /// `Invalid` unless each curve's counts increase from at least 1 and
+    /// its factors are finite and > 0.
     pub(crate) fn validate(&self) -> Result<(), ParamsError> {
         for (name, points) in [("corun.kernels", &self.kernels), ("corun.ray", &self.ray)] {
-            let mut last = 0.0;
-            for &[k, f] in points {
-                if !(k.is_finite() && k >= 1.0 && k > last) {
-                    return Err(ParamsError::Invalid { name: name.into(), value: k, reason: "counts must be >= 1 and increasing" });
-                }
-                if !(f.is_finite() && f > 0.0) {
-                    return Err(ParamsError::Invalid { name: name.into(), value: f, reason: "factors must be finite and > 0" });
-                }
-                last = k;
+            crate::curves::validate_points(name, points)?;
+            if let Some(&[k, _]) = points.first().filter(|p| p[0] < 1.0) {
+                return Err(ParamsError::Invalid { name: name.into(), value: k, reason: "counts must be >= 1" });
             }
         }
         Ok(())
@@ -101,5 +97,6 @@ mod tests {
         assert!(Corun { kernels: vec![[2.0, 1.0], [1.0, 1.0]], ray: vec![] }.validate().is_err());
         assert!(Corun { kernels: vec![], ray: vec![[2.0, 0.0]] }.validate().is_err());
         assert!(Corun { kernels: vec![[0.0, 1.0]], ray: vec![] }.validate().is_err());
+        assert!(Corun { kernels: vec![[0.5, 1.0], [2.0, 1.1]], ray: vec![] }.validate().is_err(), "fewer than one copy");
     }
 }

@@ -181,9 +181,7 @@ pub(crate) fn cached_version_header(f: &File) -> Option<BlockHeader> {
     if got != HEADER_LEN as isize {
         return None;
     }
-    let header = block::decode_header(&head)?;
-    let len = f.metadata().ok()?.len();
-    (len == (HEADER_LEN + header.payload_len()) as u64).then_some(header)
+    checked_header(f, &head, &String::new).ok()
 }
 
 /// Reads an opened version's header and checks that the file is as long
@@ -193,7 +191,14 @@ pub(crate) fn version_header(f: &File, what: &dyn Fn() -> String) -> Result<Bloc
     let corrupt = |why: &str| StoreError::Corrupt { what: format!("{}: {why}", what()) };
     let mut head = [0u8; HEADER_LEN];
     f.read_exact_at(&mut head, 0).map_err(|_| corrupt("bad block header"))?;
-    let header = block::decode_header(&head).ok_or_else(|| corrupt("bad block header"))?;
+    checked_header(f, &head, what)
+}
+
+/// The header in a version's first bytes `head`, checked against the
+/// length of its file `f`.
+fn checked_header(f: &File, head: &[u8; HEADER_LEN], what: &dyn Fn() -> String) -> Result<BlockHeader, StoreError> {
+    let corrupt = |why: &str| StoreError::Corrupt { what: format!("{}: {why}", what()) };
+    let header = block::decode_header(head).ok_or_else(|| corrupt("bad block header"))?;
     let len = f.metadata().map_err(|e| io_error(e, what))?.len();
     if len != (HEADER_LEN + header.payload_len()) as u64 {
         return Err(corrupt("payload length does not match the header"));
