@@ -149,6 +149,12 @@ impl Node {
         crate::files::cached_version_header(file)
     }
 
+    /// Whether an opened block's file is in the page cache
+    /// (`files::first_page_cached`).
+    pub(crate) fn block_cached(&self, file: &std::fs::File) -> bool {
+        crate::files::first_page_cached(file)
+    }
+
     /// Starts reading an opened block's file into the page cache.
     pub(crate) fn prefetch_block(&self, file: &std::fs::File) {
         crate::files::will_need(file)

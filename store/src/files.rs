@@ -163,6 +163,19 @@ pub(crate) fn will_need(f: &File) {
     unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
 }
 
+/// Whether an opened version's first page is in the page cache: a read of
+/// its first byte that may not wait (`RWF_NOWAIT`) gets it. The payload's
+/// first folio holds that page (see [`cached_version_header`]), so this
+/// tells a cached block from one still on disk. False also on a
+/// filesystem without the flag: the caller then gives a read hint it did
+/// not need.
+pub(crate) fn first_page_cached(f: &File) -> bool {
+    let mut byte = [0u8; 1];
+    let iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
+    // SAFETY: `iov` points at one writable byte that outlives the call.
+    unsafe { libc::preadv2(f.as_raw_fd(), &iov, 1, 0, libc::RWF_NOWAIT) == 1 }
+}
+
 /// An opened version's header, checked as [`version_header`] checks it,
 /// if its first page is in the page cache: a read that may not wait
 /// (`RWF_NOWAIT`) gets it. The payload's first folio holds the header's
@@ -860,6 +873,12 @@ mod tests {
         assert_eq!(cached_version_header(&File::open(files.path(short)).unwrap()), None, "shorter than its header says");
         let garbage = files.write(&[7u8; 4096]).unwrap();
         assert_eq!(cached_version_header(&File::open(files.path(garbage)).unwrap()), None, "no block header");
+        assert!(first_page_cached(&f));
+        // Dropped from the page cache (it is synced: its pages are clean).
+        // SAFETY: a plain syscall on a descriptor this test owns.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert!(!first_page_cached(&f), "a version just dropped from the page cache");
+        assert_eq!(cached_version_header(&f), None);
     }
 
     /// Block files holding one retired version of 64 bytes, which the next

@@ -295,7 +295,7 @@ impl DataPlane {
             Ok(mut files) => files.pop().expect("one file, as checked"),
             Err(e) => return Ok(Err(e)),
         };
-        Ok(read_block_file(file, header, what()).await)
+        Ok(read_block_file(file, header, req.action, BlockName { matrix: req.matrix, i: req.i, j: req.j }).await)
     }
 
     /// Gets blocks of `matrix` in order, under read (`for_update`: write)
@@ -340,7 +340,7 @@ impl DataPlane {
                     if failed.is_none() {
                         // After a block that failed, the rest are only
                         // received, so that the connection stays in step.
-                        match read_block_file(file, header, format!("block ({i}, {j}) of {matrix}")).await {
+                        match read_block_file(file, header, action, BlockName { matrix, i, j }).await {
                             Ok(b) => got.push(b),
                             Err(e) => failed = Some(e),
                         }
@@ -544,62 +544,203 @@ impl DataPlane {
     }
 }
 
-/// Reads a version file's payload: here when small; when large, on this
+/// A block in errors, formatted only when one is made.
+#[derive(Clone, Copy)]
+struct BlockName {
+    matrix: Uuid,
+    i: u32,
+    j: u32,
+}
+
+impl std::fmt::Display for BlockName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "block ({}, {}) of {}", self.i, self.j, self.matrix)
+    }
+}
+
+/// Reads a version file's header and payload (see [`read_version_file`]):
+/// here when small; when large, on this
 /// worker thread turned blocking (`block_in_place`: the runtime's other
 /// tasks move to another thread) or, on a runtime of one thread, on the
 /// blocking pool. Lending the worker saves the pool's hand-off: `bench
 /// blocks --sizes 1024,2048 --no-cold`, alternating three times, b = 1024
 /// warm gets 0.68, 0.64, 0.63 of raw through the pool, 0.71, 0.69, 0.77
 /// lending the worker; b = 2048 within the spread (0.87–0.92, 0.86–0.96).
-async fn read_block_file(file: std::fs::File, header: block::BlockHeader, name: String) -> Result<BlockData> {
-    if header.payload_len() <= INLINE_READ {
-        return read_version_file(&file, header, &name);
+async fn read_block_file(file: std::fs::File, sent: block::BlockHeader, action: u64, name: BlockName) -> Result<BlockData> {
+    if sent.payload_len() <= INLINE_READ {
+        return read_version_file(&file, sent, action, name);
     }
     if tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
-        return tokio::task::block_in_place(|| read_version_file(&file, header, &name));
+        return tokio::task::block_in_place(|| read_version_file(&file, sent, action, name));
     }
-    tokio::task::spawn_blocking(move || read_version_file(&file, header, &name))
+    tokio::task::spawn_blocking(move || read_version_file(&file, sent, action, name))
         .await
         .map_err(|e| StoreError::StoreUnavailable { what: format!("reading a block: {e}") })?
 }
 
-/// Reads a version file's payload (after its header) into a new block and
-/// checks it against the header's checksum as it goes.
-fn read_version_file(file: &std::fs::File, header: block::BlockHeader, name: &str) -> Result<BlockData> {
+/// Reads a version file into a new block: its header with the payload's
+/// first piece in one `preadv`, then the rest piece by piece, checksummed
+/// as it goes. The file's header must be a block header of the shape
+/// `sent` gives, and the payload must match the checksum of the file's
+/// header under an action (`wire::shape_only`), else `sent`'s.
+fn read_version_file(file: &std::fs::File, sent: block::BlockHeader, action: u64, name: BlockName) -> Result<BlockData> {
     use std::os::fd::AsRawFd;
-    let values = header.rows as usize * header.cols as usize;
+    let values = sent.rows as usize * sent.cols as usize;
     let len = values * 8;
-    // Not zeroed first: `pread` fills every byte, or the block is dropped
+    // Not zeroed first: `preadv` fills every byte, or the block is dropped
     // with the error.
     let mut data: Vec<f64> = Vec::with_capacity(values);
     let base = data.as_mut_ptr() as *mut u8;
-    let failed = |why: String| StoreError::Corrupt { what: format!("{name}: reading its version file: {why}") };
+    let corrupt = |why: String| StoreError::Corrupt { what: format!("{name}: {why}") };
+    let mut head = [0u8; HEADER_LEN];
     let mut crc = block::Checksum::new();
-    let mut done = 0;
-    while done < len {
+    // Bytes of the header, then of the payload, read so far.
+    let (mut in_head, mut done) = (0, 0);
+    while in_head < HEADER_LEN || done < len {
         let want = READ_PIECE.min(len - done);
-        // SAFETY: `done + want <= len`, the buffer's capacity in bytes.
-        let n = unsafe { libc::pread(file.as_raw_fd(), base.add(done).cast(), want, (HEADER_LEN + done) as libc::off_t) };
+        let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 2];
+        let mut parts = 0;
+        if in_head < HEADER_LEN {
+            iov[0] = libc::iovec { iov_base: head[in_head..].as_mut_ptr().cast(), iov_len: HEADER_LEN - in_head };
+            parts = 1;
+        }
+        if want > 0 {
+            // SAFETY: `done + want <= len`, the buffer's capacity in bytes.
+            iov[parts] = libc::iovec { iov_base: unsafe { base.add(done) }.cast(), iov_len: want };
+            parts += 1;
+        }
+        let at = in_head + done;
+        // SAFETY: every iovec points at writable bytes that outlive the call.
+        let n = unsafe { libc::preadv(file.as_raw_fd(), iov.as_ptr(), parts as libc::c_int, at as libc::off_t) };
         match n {
             n if n > 0 => {
-                // SAFETY: `pread` initialised these `n` bytes.
-                let got = unsafe { std::slice::from_raw_parts(base.add(done), n as usize) };
+                let mut n = n as usize;
+                if in_head < HEADER_LEN {
+                    let took = n.min(HEADER_LEN - in_head);
+                    in_head += took;
+                    n -= took;
+                    if in_head == HEADER_LEN {
+                        check_file_header(&head, &sent).map_err(corrupt)?;
+                    }
+                }
+                // SAFETY: `preadv` initialised these `n` bytes.
+                let got = unsafe { std::slice::from_raw_parts(base.add(done), n) };
                 crc.update(got);
-                done += n as usize;
+                done += n;
             }
-            0 => return Err(failed("the file ends before the block does".into())),
+            0 => return Err(corrupt("reading its version file: the file ends before the block does".into())),
             _ => {
                 let e = std::io::Error::last_os_error();
                 if e.kind() != std::io::ErrorKind::Interrupted {
-                    return Err(failed(e.to_string()));
+                    return Err(corrupt(format!("reading its version file: {e}")));
                 }
             }
         }
     }
-    if crc.value() != header.crc32c {
-        return Err(StoreError::Corrupt { what: format!("{name}: checksum mismatch") });
+    let expected = if wire::shape_only(action) { block::decode_header(&head).expect("checked above").crc32c } else { sent.crc32c };
+    if crc.value() != expected {
+        return Err(corrupt("checksum mismatch".into()));
     }
-    // SAFETY: `pread` wrote all `len` bytes, and any bit pattern is an f64.
+    // SAFETY: `preadv` wrote all `len` bytes, and any bit pattern is an f64.
     unsafe { data.set_len(values) };
-    Ok(BlockData { rows: header.rows as usize, cols: header.cols as usize, data })
+    Ok(BlockData { rows: sent.rows as usize, cols: sent.cols as usize, data })
+}
+
+/// Checks a version file's header against the header the node sent: a
+/// block header, of the same shape.
+fn check_file_header(head: &[u8; HEADER_LEN], sent: &block::BlockHeader) -> std::result::Result<(), String> {
+    let found = block::decode_header(head).ok_or_else(|| "reading its version file: bad block header".to_string())?;
+    if (found.rows, found.cols) != (sent.rows, sent.cols) {
+        return Err(format!("its version file holds a {}x{} block, not {}x{}", found.rows, found.cols, sent.rows, sent.cols));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use block::BlockHeader;
+
+    const NAME: BlockName = BlockName { matrix: Uuid::nil(), i: 1, j: 2 };
+    /// Any action: its gets are answered with shapes.
+    const UNDER_ACTION: u64 = 7;
+
+    /// A version file holding `header` then `payload`.
+    fn version_file(header: &[u8; HEADER_LEN], payload: &[u8]) -> std::fs::File {
+        use std::io::{Seek, Write};
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(header).unwrap();
+        f.write_all(payload).unwrap();
+        f.rewind().unwrap();
+        f
+    }
+
+    /// A block of `rows`×`cols` (more than one read piece of values) and
+    /// its stored form's header.
+    fn stored(rows: u32, cols: u32) -> (Vec<f64>, BlockHeader) {
+        let data: Vec<f64> = (0..rows as usize * cols as usize).map(|k| k as f64 * 0.5 - 3.0).collect();
+        let header = BlockHeader { rows, cols, crc32c: block::checksum(bytemuck::cast_slice(&data)) };
+        (data, header)
+    }
+
+    fn read(f: &std::fs::File, sent: BlockHeader, action: u64) -> Result<BlockData> {
+        read_version_file(f, sent, action, NAME)
+    }
+
+    fn why(r: Result<BlockData>) -> String {
+        match r {
+            Err(StoreError::Corrupt { what }) => what,
+            other => panic!("not Corrupt: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_version_file_is_read_whole_and_checked_against_the_right_checksum() {
+        // 300 × 400 values: 960,000 bytes, two read pieces.
+        let (data, header) = stored(300, 400);
+        let f = version_file(&header.encode_stamped(99), bytemuck::cast_slice(&data));
+        let shape = BlockHeader { crc32c: 0, ..header };
+        // Under an action: the shape is sent, the checksum is the file's.
+        let got = read(&f, shape, UNDER_ACTION).unwrap();
+        assert_eq!((got.rows, got.cols), (300, 400));
+        assert_eq!(got.data, data);
+        // Without one: the checksum is the one the node sent, and a file
+        // whose own header and payload agree but differ from it (reused
+        // for another block) fails.
+        assert_eq!(read(&f, header, 0).unwrap().data, data);
+        let other = BlockHeader { crc32c: header.crc32c ^ 1, ..header };
+        assert!(why(read(&f, other, 0)).contains("checksum mismatch"));
+    }
+
+    #[test]
+    fn a_damaged_version_file_is_corrupt_and_says_how() {
+        let (data, header) = stored(64, 64);
+        let payload: &[u8] = bytemuck::cast_slice(&data);
+        let shape = BlockHeader { crc32c: 0, ..header };
+        // A flipped payload byte.
+        let mut flipped = payload.to_vec();
+        flipped[4000] ^= 0x10;
+        let e = why(read(&version_file(&header.encode(), &flipped), shape, UNDER_ACTION));
+        assert!(e.contains("checksum mismatch") && e.contains("block (1, 2)"), "{e}");
+        // A checksum in the header that is not the payload's.
+        let wrong = BlockHeader { crc32c: header.crc32c.wrapping_add(1), ..header };
+        assert!(why(read(&version_file(&wrong.encode(), payload), shape, UNDER_ACTION)).contains("checksum mismatch"));
+        // No block header at all.
+        let mut garbage = header.encode();
+        garbage[0] ^= 0xff;
+        for action in [0, UNDER_ACTION] {
+            let sent = if action == 0 { header } else { shape };
+            assert!(why(read(&version_file(&garbage, payload), sent, action)).contains("bad block header"));
+        }
+        // A header of another shape (same bytes).
+        let other = BlockHeader { rows: 32, cols: 128, ..header };
+        let e = why(read(&version_file(&other.encode(), payload), shape, UNDER_ACTION));
+        assert!(e.contains("holds a 32x128 block, not 64x64"), "{e}");
+        // Cut short, inside the payload and inside the header.
+        let e = why(read(&version_file(&header.encode(), &payload[..payload.len() - 8]), shape, UNDER_ACTION));
+        assert!(e.contains("ends before the block does"), "{e}");
+        let cut = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut &cut, &header.encode()[..20]).unwrap();
+        assert!(why(read(&cut, shape, UNDER_ACTION)).contains("ends before the block does"));
+    }
 }

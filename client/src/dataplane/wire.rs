@@ -25,14 +25,18 @@
 //!         that order
 //! reply   "FTBR" | status u8 | 0 0 0 | len u64                        (16 bytes)
 //!         ok get: len = 32-byte block header + payload (the stored form)
-//!         ok local get: len = 32, the block header, and the version file's
+//!         ok local get: len = 32, a block header, and the version file's
 //!         descriptor passed with the reply (SCM_RIGHTS; Unix socket only):
-//!         the client reads the payload from it at offset 32
+//!         the client reads the file's header and payload from it and
+//!         checks them against the header sent ([`shape_only`]: under an
+//!         action, the header sent gives the shape alone, checksum 0, and
+//!         the payload is checked against the file's own header)
 //!         ok get of many: len = Σ (32 + payload), each block's stored
 //!         form (header, payload) in request order
 //!         ok local get of many: one reply per group of k blocks (the
 //!         node's groups, up to all n), each len = k × 32, the group's
-//!         headers in request order, and its k descriptors passed with it
+//!         headers in request order (shapes under an action, as a local
+//!         get's), and its k descriptors passed with it
 //!         ok put / spliced put / pipe / hello: len = 0
 //!         ok call: len bytes of the method's protobuf reply
 //!         error: len bytes of ErrorDetail (protobuf), see StoreError::to_detail
@@ -47,8 +51,9 @@ pub const HELLO_MAGIC: [u8; 4] = *b"FTBH";
 pub const REQUEST_MAGIC: [u8; 4] = *b"FTBQ";
 pub const REPLY_MAGIC: [u8; 4] = *b"FTBR";
 /// 2: calls; 3: gets of many blocks; 4: puts through a pipe; 5: a local
-/// get of many answered in groups.
-pub const VERSION: u16 = 5;
+/// get of many answered in groups; 6: local gets under an action answered
+/// with shapes ([`shape_only`]).
+pub const VERSION: u16 = 6;
 pub const REQUEST_LEN: usize = 56;
 pub const REPLY_LEN: usize = 16;
 /// Longest token a hello may carry.
@@ -63,6 +68,20 @@ pub const MAX_CALL_BODY: u64 = 64 << 20;
 /// Most blocks one local get of many names: their descriptors travel in
 /// one message (Linux passes at most 253).
 pub const MAX_MANY: u32 = 64;
+
+/// Whether a local get by `action` is answered with each block's shape
+/// (from its matrix) and checksum 0 rather than the header in its file.
+/// Under an action the block is locked, so its version and file cannot
+/// change before the client reads them, and the client takes the checksum
+/// from the file's header, read in the same `preadv` as the payload: the
+/// node then neither reads the header nor checks the file's length. A get
+/// of committed versions (action 0) holds no lock: a version replaced after
+/// the node opened it may have had its file reused for another block, whose
+/// own header and payload agree, so the client checks the payload against
+/// the header the node read before it made sure the version was current.
+pub fn shape_only(action: u64) -> bool {
+    action != 0
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
