@@ -122,8 +122,9 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     send_error(&mut s, &e).await?;
                     continue;
                 };
-                match open_blocks(node, action, key.matrix, &[(key.i, key.j)], mode, Headers::for_local(action)).await {
-                    Ok((files, _)) => send_files(unix, &files).await?,
+                let headers = Headers::for_local(action);
+                match open_blocks(node, action, key.matrix, &[(key.i, key.j)], mode, headers).await {
+                    Ok((files, cold)) => send_files(unix, &files, headers.cached(cold)).await?,
                     Err(e) => send_error(&mut s, &e).await?,
                 }
             }
@@ -161,7 +162,7 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     let headers = Headers::for_local(action);
                     match open_blocks(node, action, req.matrix, &blocks[sent..sent + group], mode, headers).await {
                         Ok((files, group_cold)) => {
-                            send_files(unix, &files).await?;
+                            send_files(unix, &files, headers.cached(group_cold)).await?;
                             sent += group;
                             cold |= group_cold;
                         }
@@ -251,6 +252,13 @@ impl Headers {
             Headers::Read
         }
     }
+
+    /// Whether a reply marks its files cached (`wire::LocalEntry`) after
+    /// [`open_blocks`] found them `cold` or not: read headers are always,
+    /// for the node has just read each file's first page.
+    fn cached(self, cold: bool) -> bool {
+        self == Headers::Read || !cold
+    }
 }
 
 /// Opens the blocks in order under `action`'s locks; the first that fails
@@ -314,9 +322,10 @@ async fn open_blocks(
 /// Only a batch's first and last files are probed for the page cache: a
 /// block's open costs the node about 3 µs and each probe or header read
 /// about 1 more, and the client waits for all of them before it reads the
-/// first block. If either is not cached, every file of the batch gets the
-/// read hint. (A batch cached at both ends but not in the middle is read
-/// one file after another, each read starting its own.)
+/// first block. If either is not cached, every file of a batch gets the
+/// read hint (a single get's reader starts its own read). A batch cached at
+/// both ends but not in the middle is read one file after another, each
+/// read starting its own.
 async fn open_locked_shapes(
     node: &Arc<Node>,
     action: Option<ActionId>,
@@ -330,15 +339,16 @@ async fn open_locked_shapes(
     for (n, &(i, j)) in blocks.iter().enumerate() {
         let (_, file) = node.open_block(action, BlockKey { matrix, i, j }, mode).await?;
         let (rows, cols) = crate::blocks::block_shape(&m, i, j)?;
-        let probed = blocks.len() > 1 && (n == 0 || n == blocks.len() - 1);
+        let probed = n == 0 || n == blocks.len() - 1;
+        let hint = blocks.len() > 1;
         if !cold && probed && !node.block_cached(&file) {
             cold = true;
             // The files before it had no hint.
-            for (_, f) in &files {
+            for (_, f) in files.iter().filter(|_| hint) {
                 node.prefetch_block(f);
             }
         }
-        if cold {
+        if cold && hint {
             node.prefetch_block(&file);
         }
         files.push((BlockHeader { rows, cols, crc32c: 0 }, file));
@@ -374,12 +384,12 @@ fn local_group(left: usize, cold: bool) -> usize {
     }
 }
 
-/// Answers a local get: the blocks' headers, their files' descriptors
-/// with them.
-async fn send_files(unix: &tokio::net::UnixStream, files: &[(BlockHeader, Arc<std::fs::File>)]) -> std::io::Result<()> {
+/// Answers a local get: the blocks' entries (headers, marked `cached` or
+/// not), their files' descriptors with them.
+async fn send_files(unix: &tokio::net::UnixStream, files: &[(BlockHeader, Arc<std::fs::File>)], cached: bool) -> std::io::Result<()> {
     let mut reply = Reply { ok: true, len: (files.len() * HEADER_LEN) as u64 }.encode().to_vec();
-    for (header, _) in files {
-        reply.extend_from_slice(&header.encode());
+    for &(header, _) in files {
+        reply.extend_from_slice(&wire::LocalEntry { header, cached }.encode());
     }
     let fds: Vec<_> = files.iter().map(|(_, f)| f.as_fd()).collect();
     fdpass::send_with_fds(unix, &reply, &fds).await

@@ -25,7 +25,8 @@
 //!         that order
 //! reply   "FTBR" | status u8 | 0 0 0 | len u64                        (16 bytes)
 //!         ok get: len = 32-byte block header + payload (the stored form)
-//!         ok local get: len = 32, a block header, and the version file's
+//!         ok local get: len = 32, a block header (a [`LocalEntry`]: it
+//!         also says whether the file is cached), and the version file's
 //!         descriptor passed with the reply (SCM_RIGHTS; Unix socket only):
 //!         the client reads the file's header and payload from it and
 //!         checks them against the header sent ([`shape_only`]: under an
@@ -46,6 +47,8 @@
 //! allocated, so garbage on the socket is an error, never a huge buffer.
 
 use uuid::Uuid;
+
+use crate::block::{self, BlockHeader, HEADER_LEN};
 
 pub const HELLO_MAGIC: [u8; 4] = *b"FTBH";
 pub const REQUEST_MAGIC: [u8; 4] = *b"FTBQ";
@@ -283,6 +286,36 @@ pub fn encode_hello(token: &[u8]) -> Vec<u8> {
     b
 }
 
+/// What a local get's reply says of one block: the header its file must
+/// agree with ([`shape_only`]) and whether the node found the file in the
+/// page cache. On the wire, 32 bytes: the header's encoding, its byte 24
+/// (reserved in a stored header) 1 when cached. The client reads a cached
+/// file's header with the payload's first piece in one read that may not
+/// wait, and any other's header alone first, as readahead reads a file
+/// from disk fastest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalEntry {
+    pub header: BlockHeader,
+    pub cached: bool,
+}
+
+/// The byte of a [`LocalEntry`] that marks a cached file.
+const CACHED_AT: usize = 24;
+
+impl LocalEntry {
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = self.header.encode();
+        b[CACHED_AT] = self.cached as u8;
+        b
+    }
+
+    /// `None`: not a block header, or a side past [`MAX_BLOCK_SIDE`].
+    pub fn decode(b: &[u8]) -> Option<LocalEntry> {
+        let header = block::decode_header(b).filter(|h| h.rows <= MAX_BLOCK_SIDE && h.cols <= MAX_BLOCK_SIDE)?;
+        Some(LocalEntry { header, cached: b[CACHED_AT] == 1 })
+    }
+}
+
 /// The blocks a local get of many names, from its body.
 pub fn decode_many(body: &[u8]) -> Vec<(u32, u32)> {
     body.chunks_exact(8)
@@ -320,6 +353,17 @@ pub fn tokens_equal(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_local_entry_keeps_its_header_and_mark_and_refuses_what_is_not_one() {
+        for cached in [false, true] {
+            let e = LocalEntry { header: BlockHeader { rows: 3, cols: MAX_BLOCK_SIDE, crc32c: 0xdead_beef }, cached };
+            assert_eq!(LocalEntry::decode(&e.encode()), Some(e));
+        }
+        let too_big = LocalEntry { header: BlockHeader { rows: MAX_BLOCK_SIDE + 1, cols: 1, crc32c: 0 }, cached: true };
+        assert_eq!(LocalEntry::decode(&too_big.encode()), None);
+        assert_eq!(LocalEntry::decode(&[0u8; HEADER_LEN]), None);
+    }
 
     #[test]
     fn requests_and_replies_round_trip() {
