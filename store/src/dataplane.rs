@@ -234,6 +234,9 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
     }
 }
 
+/// An opened block: what the reply names it by, and its version's file.
+type Opened = (BlockHeader, Arc<std::fs::File>);
+
 /// What a reply names each opened block by.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Headers {
@@ -277,7 +280,7 @@ async fn open_blocks(
     blocks: &[(u32, u32)],
     mode: LockMode,
     headers: Headers,
-) -> Result<(Vec<(BlockHeader, Arc<std::fs::File>)>, bool), StoreError> {
+) -> Result<(Vec<Opened>, bool), StoreError> {
     if headers == Headers::Shape && action.is_some() {
         return open_locked_shapes(node, action, matrix, blocks, mode).await;
     }
@@ -332,9 +335,9 @@ async fn open_locked_shapes(
     matrix: uuid::Uuid,
     blocks: &[(u32, u32)],
     mode: LockMode,
-) -> Result<(Vec<(BlockHeader, Arc<std::fs::File>)>, bool), StoreError> {
+) -> Result<(Vec<Opened>, bool), StoreError> {
     let m = node.matrix(Some(matrix), "")?;
-    let mut files: Vec<(BlockHeader, Arc<std::fs::File>)> = Vec::with_capacity(blocks.len());
+    let mut files: Vec<Opened> = Vec::with_capacity(blocks.len());
     let mut cold = false;
     for (n, &(i, j)) in blocks.iter().enumerate() {
         let (_, file) = node.open_block(action, BlockKey { matrix, i, j }, mode).await?;
@@ -386,7 +389,7 @@ fn local_group(left: usize, cold: bool) -> usize {
 
 /// Answers a local get: the blocks' entries (headers, marked `cached` or
 /// not), their files' descriptors with them.
-async fn send_files(unix: &tokio::net::UnixStream, files: &[(BlockHeader, Arc<std::fs::File>)], cached: bool) -> std::io::Result<()> {
+async fn send_files(unix: &tokio::net::UnixStream, files: &[Opened], cached: bool) -> std::io::Result<()> {
     let mut reply = Reply { ok: true, len: (files.len() * HEADER_LEN) as u64 }.encode().to_vec();
     for &(header, _) in files {
         reply.extend_from_slice(&wire::LocalEntry { header, cached }.encode());
@@ -400,7 +403,7 @@ async fn send_files(unix: &tokio::net::UnixStream, files: &[(BlockHeader, Arc<st
 /// payloads' checksums are the reader's to check: a damaged block reaches
 /// it as sent, in step, and fails there as `Corrupt`. A file that cannot be
 /// read midway leaves the connection out of step: it is dropped.
-async fn send_values(s: &mut Stream, files: &[(BlockHeader, Arc<std::fs::File>)]) -> std::io::Result<()> {
+async fn send_values(s: &mut Stream, files: &[Opened]) -> std::io::Result<()> {
     let len: u64 = files.iter().map(|(h, _)| (HEADER_LEN + h.payload_len()) as u64).sum();
     s.write_all(&Reply { ok: true, len }.encode()).await?;
     // One buffer, read into on the blocking pool (a 32 MiB read must not
