@@ -93,7 +93,8 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
         // On a Unix socket a request may carry a descriptor (`Op::Pipe`'s);
         // any other request's are dropped (closed) here.
         let read = match s.unix() {
-            Some(unix) => fdpass::recv_with_fds(unix, &mut head).await,
+            // Never polled: the next request may be long in coming.
+            Some(unix) => fdpass::recv_with_fds(unix, &mut head, Duration::ZERO).await,
             None => s.read_exact(&mut head).await.map(|_| Vec::new()),
         };
         let mut fds = match read {

@@ -46,6 +46,19 @@ const INLINE_READ: usize = 2 << 20;
 /// GB/s, 256 KiB 12.7–13.0, 64 KiB 10.8–12.0, 32 KiB 10.3–10.5.
 const READ_PIECE: usize = 512 << 10;
 
+/// How long a local get polls for each reply before it parks
+/// (`fdpass::recv_with_fds`): a warm batch's reply comes 15–60 µs after
+/// its request, a single block's sooner. `bench blocks --sizes 256
+/// --no-cold`, the build before and this one alternating four times: warm
+/// gets one by one 0.26, 0.24, 0.25, 0.24 of raw → 0.34, 0.34, 0.33, 0.34;
+/// batched 0.56, 0.60, 0.56, 0.57 → 0.58, 0.60, 0.60, 0.61. Jobs did not
+/// move (`master demo --kills 0`, two alternations, polling off and on:
+/// matmul n = 4096 b = 256 75.4, 75.6 and 75.7, 75.1 GFLOP/s; LU b = 256
+/// 37.5, 37.6 and 37.7, 37.5). Other replies (calls, commits, puts) wait
+/// on disks and locks, and are not polled for; nor does the node poll for
+/// the next request (below the line in `PERFORMANCE.md`).
+const LOCAL_REPLY_POLL: Duration = Duration::from_micros(100);
+
 /// Where a node's data plane is.
 #[derive(Clone, Debug)]
 pub(crate) enum Target {
@@ -438,7 +451,7 @@ impl DataPlane {
         let unix = s.unix().ok_or_else(|| self.unavailable("a local get over TCP".into()))?;
         let mut head = [0u8; REPLY_LEN];
         let read = |e: std::io::Error| self.unavailable(format!("reading {}: {e}", what()));
-        let fds = fdpass::recv_with_fds(unix, &mut head).await.map_err(read)?;
+        let fds = fdpass::recv_with_fds(unix, &mut head, LOCAL_REPLY_POLL).await.map_err(read)?;
         let reply = Reply::decode(&head).map_err(|e| self.unavailable(e.to_string()))?;
         if !reply.ok {
             return Ok(Err(self.read_error(s, reply.len).await?));
