@@ -60,8 +60,9 @@ pub async fn send_with_fds(s: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>])
 pub async fn recv_with_fds(s: &UnixStream, buf: &mut [u8], poll_first: std::time::Duration) -> std::io::Result<Vec<OwnedFd>> {
     let mut got = 0;
     let mut fds = Vec::new();
-    let polling_until = std::time::Instant::now() + poll_first;
-    while got < buf.len() && std::time::Instant::now() < polling_until {
+    // No clock read when not polling (the node's reads of requests).
+    let polling_until = (!poll_first.is_zero()).then(|| std::time::Instant::now() + poll_first);
+    while got < buf.len() && polling_until.is_some_and(|until| std::time::Instant::now() < until) {
         match recv_some(s, &mut buf[got..], MsgFlags::MSG_DONTWAIT) {
             Ok((0, _)) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
             Ok((n, raw)) => {
