@@ -123,9 +123,8 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     send_error(&mut s, &e).await?;
                     continue;
                 };
-                let headers = Headers::for_local(action);
-                match open_blocks(node, action, key.matrix, &[(key.i, key.j)], mode, headers).await {
-                    Ok((files, cold)) => send_files(unix, &files, headers.cached(cold)).await?,
+                match open_local(node, action, key.matrix, &[(key.i, key.j)], mode).await {
+                    Ok(opened) => send_files(unix, &opened.files, opened.cached).await?,
                     Err(e) => send_error(&mut s, &e).await?,
                 }
             }
@@ -140,7 +139,7 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                 let mode = if req.cols == 0 { LockMode::Read } else { LockMode::Write };
                 let blocks = wire::decode_many(&body);
                 if req.op == Op::GetMany {
-                    match open_blocks(node, action, req.matrix, &blocks, mode, Headers::Read).await {
+                    match open_blocks(node, action, req.matrix, &blocks, mode).await {
                         Ok((files, _)) => send_values(&mut s, &files).await?,
                         Err(e) => send_error(&mut s, &e).await?,
                     }
@@ -160,12 +159,11 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                 let (mut sent, mut cold) = (0, false);
                 while sent < blocks.len() {
                     let group = local_group(blocks.len() - sent, cold);
-                    let headers = Headers::for_local(action);
-                    match open_blocks(node, action, req.matrix, &blocks[sent..sent + group], mode, headers).await {
-                        Ok((files, group_cold)) => {
-                            send_files(unix, &files, headers.cached(group_cold)).await?;
+                    match open_local(node, action, req.matrix, &blocks[sent..sent + group], mode).await {
+                        Ok(opened) => {
+                            send_files(unix, &opened.files, opened.cached).await?;
                             sent += group;
-                            cold |= group_cold;
+                            cold |= opened.cold;
                         }
                         Err(e) => {
                             send_error(&mut s, &e).await?;
@@ -238,30 +236,34 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
 /// An opened block: what the reply names it by, and its version's file.
 type Opened = (BlockHeader, Arc<std::fs::File>);
 
-/// What a reply names each opened block by.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Headers {
-    /// The header in its version's file, checked against the file's length.
-    Read,
-    /// The shape its matrix gives it, checksum 0 (`wire::shape_only`).
-    Shape,
+/// A local get's blocks, opened ([`open_local`]).
+struct LocalFiles {
+    files: Vec<Opened>,
+    /// Some were found not cached (and were given the read hint).
+    cold: bool,
+    /// What the reply marks them (`wire::LocalEntry::cached`).
+    cached: bool,
 }
 
-impl Headers {
-    /// What a local get by `action` answers with.
-    fn for_local(action: Option<ActionId>) -> Headers {
-        if wire::shape_only(action.map_or(0, |a| a.0)) {
-            Headers::Shape
-        } else {
-            Headers::Read
+/// Opens a local get's blocks: under an action by their shapes
+/// ([`open_locked_shapes`], `wire::shape_only`), else with their headers
+/// read ([`open_blocks`]), which leaves every file's first page cached.
+async fn open_local(
+    node: &Arc<Node>,
+    action: Option<ActionId>,
+    matrix: uuid::Uuid,
+    blocks: &[(u32, u32)],
+    mode: LockMode,
+) -> Result<LocalFiles, StoreError> {
+    match action {
+        Some(a) if wire::shape_only(a.0) => {
+            let (files, cold) = open_locked_shapes(node, a, matrix, blocks, mode).await?;
+            Ok(LocalFiles { files, cold, cached: !cold })
         }
-    }
-
-    /// Whether a reply marks its files cached (`wire::LocalEntry`) after
-    /// [`open_blocks`] found them `cold` or not: read headers are always,
-    /// for the node has just read each file's first page.
-    fn cached(self, cold: bool) -> bool {
-        self == Headers::Read || !cold
+        _ => {
+            let (files, cold) = open_blocks(node, action, matrix, blocks, mode).await?;
+            Ok(LocalFiles { files, cold, cached: true })
+        }
     }
 }
 
@@ -280,11 +282,7 @@ async fn open_blocks(
     matrix: uuid::Uuid,
     blocks: &[(u32, u32)],
     mode: LockMode,
-    headers: Headers,
 ) -> Result<(Vec<Opened>, bool), StoreError> {
-    if headers == Headers::Shape && action.is_some() {
-        return open_locked_shapes(node, action, matrix, blocks, mode).await;
-    }
     for _ in 0..crate::blocks::UNLOCKED_READS {
         let mut files = Vec::with_capacity(blocks.len());
         let mut cold = false;
@@ -320,8 +318,8 @@ async fn open_blocks(
     Err(StoreError::Corrupt { what: format!("blocks of {matrix}: kept being replaced while read without a lock") })
 }
 
-/// [`open_blocks`] under an action's locks, named by their shapes
-/// ([`Headers::Shape`]): no header read and no length checked here, for
+/// [`open_blocks`] under an action's locks, each block named by the shape
+/// its matrix gives it, checksum 0 (`wire::shape_only`): no header read and no length checked here, for
 /// the client reads each file's header with its payload and checks both.
 /// Only a batch's first and last files are probed for the page cache: a
 /// block's open costs the node about 3 µs and each probe or header read
@@ -332,24 +330,26 @@ async fn open_blocks(
 /// read starting its own.
 async fn open_locked_shapes(
     node: &Arc<Node>,
-    action: Option<ActionId>,
+    action: ActionId,
     matrix: uuid::Uuid,
     blocks: &[(u32, u32)],
     mode: LockMode,
 ) -> Result<(Vec<Opened>, bool), StoreError> {
     let m = node.matrix(Some(matrix), "")?;
+    let hint = blocks.len() > 1;
     let mut files: Vec<Opened> = Vec::with_capacity(blocks.len());
     let mut cold = false;
     for (n, &(i, j)) in blocks.iter().enumerate() {
-        let (_, file) = node.open_block(action, BlockKey { matrix, i, j }, mode).await?;
+        let (_, file) = node.open_block(Some(action), BlockKey { matrix, i, j }, mode).await?;
         let (rows, cols) = crate::blocks::block_shape(&m, i, j)?;
         let probed = n == 0 || n == blocks.len() - 1;
-        let hint = blocks.len() > 1;
         if !cold && probed && !node.block_cached(&file) {
             cold = true;
-            // The files before it had no hint.
-            for (_, f) in files.iter().filter(|_| hint) {
-                node.prefetch_block(f);
+            if hint {
+                // The files before it had none.
+                for (_, f) in &files {
+                    node.prefetch_block(f);
+                }
             }
         }
         if cold && hint {

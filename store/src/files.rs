@@ -170,10 +170,17 @@ pub(crate) fn will_need(f: &File) {
 /// filesystem without the flag: the caller then gives a read hint it did
 /// not need.
 pub(crate) fn first_page_cached(f: &File) -> bool {
-    let mut byte = [0u8; 1];
-    let iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
-    // SAFETY: `iov` points at one writable byte that outlives the call.
-    unsafe { libc::preadv2(f.as_raw_fd(), &iov, 1, 0, libc::RWF_NOWAIT) == 1 }
+    read_start_if_cached(f, &mut [0u8; 1])
+}
+
+/// Fills `buf` from the file's start with a read that may not wait
+/// (`RWF_NOWAIT`): false if those bytes are not all in the page cache (or
+/// the filesystem does not know the flag, or the file is shorter).
+fn read_start_if_cached(f: &File, buf: &mut [u8]) -> bool {
+    let iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: `iov` points at `buf`, writable and outliving the call.
+    let got = unsafe { libc::preadv2(f.as_raw_fd(), &iov, 1, 0, libc::RWF_NOWAIT) };
+    got == buf.len() as isize
 }
 
 /// An opened version's header, checked as [`version_header`] checks it,
@@ -188,10 +195,7 @@ pub(crate) fn first_page_cached(f: &File) -> bool {
 /// header with [`version_header`], which says what is wrong.
 pub(crate) fn cached_version_header(f: &File) -> Option<BlockHeader> {
     let mut head = [0u8; HEADER_LEN];
-    let iov = libc::iovec { iov_base: head.as_mut_ptr().cast(), iov_len: HEADER_LEN };
-    // SAFETY: `iov` points at `HEADER_LEN` writable bytes that outlive the call.
-    let got = unsafe { libc::preadv2(f.as_raw_fd(), &iov, 1, 0, libc::RWF_NOWAIT) };
-    if got != HEADER_LEN as isize {
+    if !read_start_if_cached(f, &mut head) {
         return None;
     }
     checked_header(f, &head, &String::new).ok()

@@ -614,6 +614,8 @@ fn read_version_file(file: &std::fs::File, sent: block::BlockHeader, cached: boo
     let base = data.as_mut_ptr() as *mut u8;
     let corrupt = |why: String| StoreError::Corrupt { what: format!("{name}: {why}") };
     let mut head = [0u8; HEADER_LEN];
+    // The file's header, once read and checked.
+    let mut found = None;
     let mut crc = block::Checksum::new();
     // Bytes of the header, then of the payload, read so far.
     let (mut in_head, mut done) = (0, 0);
@@ -644,7 +646,7 @@ fn read_version_file(file: &std::fs::File, sent: block::BlockHeader, cached: boo
                     in_head += took;
                     n -= took;
                     if in_head == HEADER_LEN {
-                        check_file_header(&head, &sent).map_err(corrupt)?;
+                        found = Some(check_file_header(&head, &sent).map_err(corrupt)?);
                     }
                 }
                 // SAFETY: `preadv2` initialised these `n` bytes.
@@ -664,7 +666,8 @@ fn read_version_file(file: &std::fs::File, sent: block::BlockHeader, cached: boo
             }
         }
     }
-    let expected = if wire::shape_only(action) { block::decode_header(&head).expect("checked above").crc32c } else { sent.crc32c };
+    let found = found.expect("the loop ends only with the header read");
+    let expected = if wire::shape_only(action) { found.crc32c } else { sent.crc32c };
     if crc.value() != expected {
         return Err(corrupt("checksum mismatch".into()));
     }
@@ -673,14 +676,14 @@ fn read_version_file(file: &std::fs::File, sent: block::BlockHeader, cached: boo
     Ok(BlockData { rows: sent.rows as usize, cols: sent.cols as usize, data })
 }
 
-/// Checks a version file's header against the header the node sent: a
+/// A version file's header, checked against the header the node sent: a
 /// block header, of the same shape.
-fn check_file_header(head: &[u8; HEADER_LEN], sent: &block::BlockHeader) -> std::result::Result<(), String> {
+fn check_file_header(head: &[u8; HEADER_LEN], sent: &block::BlockHeader) -> std::result::Result<block::BlockHeader, String> {
     let found = block::decode_header(head).ok_or_else(|| "reading its version file: bad block header".to_string())?;
     if (found.rows, found.cols) != (sent.rows, sent.cols) {
         return Err(format!("its version file holds a {}x{} block, not {}x{}", found.rows, found.cols, sent.rows, sent.cols));
     }
-    Ok(())
+    Ok(found)
 }
 
 #[cfg(test)]
