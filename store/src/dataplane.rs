@@ -19,7 +19,7 @@ use store_client::block::{BlockHeader, HEADER_LEN};
 
 use store_client::dataplane::splice::PipeReader;
 use store_client::dataplane::wire::{self, Op, Reply, Request, REQUEST_LEN};
-use store_client::dataplane::{fdpass, size_buffers, Stream};
+use store_client::dataplane::{fdpass, size_buffers, unix_conn::UnixConn, Stream};
 use store_client::StoreError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener};
@@ -66,10 +66,13 @@ pub(crate) async fn serve(tcp: TcpListener, unix: Option<UnixListener>, node: Ar
                 Err(e) => accept_failed(e).await,
             },
             accepted = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => match accepted {
-                Ok((s, _)) => {
-                    size_buffers(&s);
-                    spawn(&mut connections, Box::new(s), "unix socket".into());
-                }
+                Ok((s, _)) => match UnixConn::from_tokio(s) {
+                    Ok(s) => {
+                        size_buffers(&s);
+                        spawn(&mut connections, Box::new(s), "unix socket".into());
+                    }
+                    Err(e) => tracing::warn!("data plane: a Unix connection not taken: {e}"),
+                },
                 Err(e) => accept_failed(e).await,
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -390,7 +393,7 @@ fn local_group(left: usize, cold: bool) -> usize {
 
 /// Answers a local get: the blocks' entries (headers, marked `cached` or
 /// not), their files' descriptors with them.
-async fn send_files(unix: &tokio::net::UnixStream, files: &[Opened], cached: bool) -> std::io::Result<()> {
+async fn send_files(unix: &UnixConn, files: &[Opened], cached: bool) -> std::io::Result<()> {
     let mut reply = Reply { ok: true, len: (files.len() * HEADER_LEN) as u64 }.encode().to_vec();
     for &(header, _) in files {
         reply.extend_from_slice(&wire::LocalEntry { header, cached }.encode());

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use store_client::dataplane::unix_conn::UnixConn;
 use store_client::dataplane::wire;
 use store_client::{BlockData, Client, Dequeue, StoreError};
 
@@ -697,7 +698,7 @@ async fn spliced_puts_that_arrive_damaged_refused_or_cut_off_change_nothing() {
     let socket_path = n._dir.path().join(store::DATA_SOCKET);
 
     let connect = || async {
-        let mut sock = tokio::net::UnixStream::connect(&socket_path).await.unwrap();
+        let mut sock = UnixConn::connect(&socket_path).await.unwrap();
         sock.write_all(&wire::encode_hello(b"")).await.unwrap();
         assert!(matches!(unix_answer(&mut sock).await, Ok(Some(0))));
         sock
@@ -789,7 +790,7 @@ async fn a_small_spliced_put_that_arrives_damaged_fails_its_commit_and_changes_n
     a.put_block(m.id, 0, 0, block(64, 64, 1.0)).await.unwrap();
     a.commit().await.unwrap();
 
-    let mut sock = tokio::net::UnixStream::connect(n._dir.path().join(store::DATA_SOCKET)).await.unwrap();
+    let mut sock = UnixConn::connect(&n._dir.path().join(store::DATA_SOCKET)).await.unwrap();
     sock.write_all(&wire::encode_hello(b"")).await.unwrap();
     assert!(matches!(unix_answer(&mut sock).await, Ok(Some(0))));
     let (read, pipe) = splice::pipe().unwrap();
@@ -829,7 +830,7 @@ async fn a_small_spliced_put_that_arrives_damaged_fails_its_commit_and_changes_n
 /// Reads one reply on a raw Unix data-plane connection: `Ok(Some(len))`
 /// for success (nothing after it is read), `Ok(None)` if the node closed
 /// the connection instead, the typed error it answered with.
-async fn unix_answer(sock: &mut tokio::net::UnixStream) -> Result<Option<u64>, StoreError> {
+async fn unix_answer(sock: &mut (impl tokio::io::AsyncRead + Unpin)) -> Result<Option<u64>, StoreError> {
     use tokio::io::AsyncReadExt;
     let mut head = [0u8; wire::REPLY_LEN];
     match sock.read_exact(&mut head).await {
@@ -844,6 +845,33 @@ async fn unix_answer(sock: &mut tokio::net::UnixStream) -> Result<Option<u64>, S
     let mut detail = vec![0u8; reply.len as usize];
     sock.read_exact(&mut detail).await.unwrap();
     Err(StoreError::from_detail(&detail))
+}
+
+/// A get answered through the node's Unix socket itself (a client that
+/// asks for the value rather than the file): 11 MiB fill the socket's
+/// buffer many times over while the client is not reading, so the node's
+/// writes wait for space (its socket is watched for writing only then,
+/// `unix_conn`), and the value arrives whole and in step for the next
+/// request on the same connection.
+#[tokio::test]
+async fn a_large_value_through_the_unix_socket_waits_for_its_reader_and_arrives_whole() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (n, m, _s, small, big) = two_big_blocks().await;
+    let mut sock = UnixConn::connect(&n._dir.path().join(store::DATA_SOCKET)).await.unwrap();
+    sock.write_all(&wire::encode_hello(b"")).await.unwrap();
+    assert!(matches!(unix_answer(&mut sock).await, Ok(Some(0))));
+    let get = |j: u32| wire::Request { op: wire::Op::Get, action: 0, matrix: m.id, i: 0, j, rows: 0, cols: 0, crc32c: 0 };
+    for (j, want) in [(1, &big), (0, &small)] {
+        sock.write_all(&get(j).encode()).await.unwrap();
+        // Long enough for the node to fill the buffer and wait.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let len = unix_answer(&mut sock).await.unwrap().expect("a value");
+        let mut value = vec![0u8; len as usize];
+        tokio::time::timeout(Duration::from_secs(20), sock.read_exact(&mut value)).await.expect("the value in time").unwrap();
+        let (header, payload) = store_client::block::decode(&value, &|| format!("block (0, {j})")).unwrap();
+        assert_eq!((header.rows, header.cols), (1200, 1200));
+        assert!(payload == bytemuck::cast_slice::<f64, u8>(&want.data), "block (0, {j})");
+    }
 }
 
 /// A node with a matrix of two committed blocks of 1200² doubles (11 MiB:

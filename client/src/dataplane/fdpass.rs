@@ -4,44 +4,33 @@
 //! with one `pread`, as fast as a plain file, instead of the node copying
 //! 32 MiB through a socket (HDFS's short-circuit local reads work so).
 
-use std::io::{IoSlice, IoSliceMut};
+use std::io::{IoSlice, IoSliceMut, Write};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
+use super::unix_conn::UnixConn;
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
-use tokio::io::Interest;
-use tokio::net::UnixStream;
 
 /// Most descriptors one message carries here (Linux allows 253).
 pub const MAX_FDS: usize = 64;
 
 /// Sends all of `bytes`, the descriptors (at most [`MAX_FDS`]) attached
 /// to the first of them.
-pub async fn send_with_fds(s: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
+pub async fn send_with_fds(s: &UnixConn, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
     if fds.len() > MAX_FDS {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{} descriptors in one message", fds.len())));
     }
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-    let first = loop {
-        s.writable().await?;
-        let sent = s.try_io(Interest::WRITABLE, || {
+    let first = s
+        .write_with(|socket| {
             let iov = [IoSlice::new(bytes)];
             let cmsg = [ControlMessage::ScmRights(&raw)];
-            sendmsg::<()>(s.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None).map_err(std::io::Error::from)
-        });
-        match sent {
-            Ok(n) => break n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e),
-        }
-    };
+            sendmsg::<()>(socket.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None).map_err(std::io::Error::from)
+        })
+        .await?;
     let mut rest = &bytes[first..];
     while !rest.is_empty() {
-        s.writable().await?;
-        match s.try_write(rest) {
-            Ok(n) => rest = &rest[n..],
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e),
-        }
+        let n = s.write_with(|mut socket| socket.write(rest)).await?;
+        rest = &rest[n..];
     }
     Ok(())
 }
@@ -57,7 +46,7 @@ pub async fn send_with_fds(s: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>])
 /// socket ping-pong after 500 µs of work on the asking side: 48–51 µs a
 /// round trip waiting, 20–30 polling). The yields give the CPU to whatever
 /// else is ready on it, such as a slave's compute thread or the node.
-pub async fn recv_with_fds(s: &UnixStream, buf: &mut [u8], poll_first: std::time::Duration) -> std::io::Result<Vec<OwnedFd>> {
+pub async fn recv_with_fds(s: &UnixConn, buf: &mut [u8], poll_first: std::time::Duration) -> std::io::Result<Vec<OwnedFd>> {
     let mut got = 0;
     let mut fds = Vec::new();
     // No clock read when not polling (the node's reads of requests).
@@ -77,15 +66,12 @@ pub async fn recv_with_fds(s: &UnixStream, buf: &mut [u8], poll_first: std::time
         }
     }
     while got < buf.len() {
-        s.readable().await?;
-        match s.try_io(Interest::READABLE, || recv_some(s, &mut buf[got..], MsgFlags::empty())) {
-            Ok((0, _)) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            Ok((n, raw)) => {
+        match s.read_with(|_| recv_some(s, &mut buf[got..], MsgFlags::empty())).await? {
+            (0, _) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            (n, raw) => {
                 got += n;
                 fds.extend(raw);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e),
         }
     }
     Ok(fds)
@@ -93,7 +79,7 @@ pub async fn recv_with_fds(s: &UnixStream, buf: &mut [u8], poll_first: std::time
 
 /// One `recvmsg` into `buf` (with `flags`): the bytes read and the
 /// descriptors that came with them.
-fn recv_some(s: &UnixStream, buf: &mut [u8], flags: MsgFlags) -> std::io::Result<(usize, Vec<OwnedFd>)> {
+fn recv_some(s: &UnixConn, buf: &mut [u8], flags: MsgFlags) -> std::io::Result<(usize, Vec<OwnedFd>)> {
     let mut iov = [IoSliceMut::new(buf)];
     let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
     let msg = recvmsg::<()>(s.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC | flags).map_err(std::io::Error::from)?;
@@ -116,7 +102,7 @@ mod tests {
 
     #[tokio::test]
     async fn descriptors_arrive_in_order_with_their_bytes() {
-        let (a, b) = UnixStream::pair().unwrap();
+        let (a, b) = UnixConn::pair().unwrap();
         let mut files: Vec<std::fs::File> = (0..3).map(|_| tempfile::tempfile().unwrap()).collect();
         for (k, f) in files.iter_mut().enumerate() {
             write!(f, "file {k}").unwrap();
@@ -144,7 +130,7 @@ mod tests {
     #[tokio::test]
     async fn a_reply_is_read_whether_it_comes_while_polling_or_after() {
         use std::time::Duration;
-        let (a, b) = UnixStream::pair().unwrap();
+        let (a, b) = UnixConn::pair().unwrap();
         let file = tempfile::tempfile().unwrap();
         for (poll, delay) in [(Duration::from_secs(5), Duration::from_millis(2)), (Duration::from_micros(100), Duration::from_millis(30))] {
             let send = async {

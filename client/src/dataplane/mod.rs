@@ -5,6 +5,7 @@
 
 pub mod fdpass;
 pub mod splice;
+pub mod unix_conn;
 pub mod wire;
 
 use std::net::SocketAddr;
@@ -13,13 +14,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpStream, UnixStream};
+use tokio::net::TcpStream;
 use uuid::Uuid;
 
 use crate::block::{self, HEADER_LEN};
 use crate::client::BlockData;
 use crate::StoreError;
 use splice::PipeWriter;
+use unix_conn::UnixConn;
 use wire::{LocalEntry, Op, Reply, Request, REPLY_LEN};
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -79,7 +81,7 @@ impl std::fmt::Display for Target {
 /// A data-plane connection, either end: TCP or a Unix socket.
 pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send {
     /// The Unix socket, over which descriptors can be passed.
-    fn unix(&self) -> Option<&UnixStream> {
+    fn unix(&self) -> Option<&UnixConn> {
         None
     }
 
@@ -89,8 +91,8 @@ pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send {
     }
 }
 impl Conn for TcpStream {}
-impl Conn for UnixStream {
-    fn unix(&self) -> Option<&UnixStream> {
+impl Conn for UnixConn {
+    fn unix(&self) -> Option<&UnixConn> {
         Some(self)
     }
 }
@@ -99,14 +101,14 @@ pub type Stream = Box<dyn Conn>;
 /// A client's connection to the node on its machine: the Unix socket, and
 /// the pipe its puts' payloads take ([`splice`]).
 struct Local {
-    socket: UnixStream,
+    socket: UnixConn,
     /// `None` where this process could not make one (out of descriptors,
     /// say): its puts go through the socket.
     pipe: Option<PipeWriter>,
 }
 
 impl Conn for Local {
-    fn unix(&self) -> Option<&UnixStream> {
+    fn unix(&self) -> Option<&UnixConn> {
         Some(&self.socket)
     }
 
@@ -196,7 +198,7 @@ impl DataPlane {
                 Ok(Box::new(s))
             }
             Target::Unix(path) => {
-                let mut socket = UnixStream::connect(path).await.map_err(io)?;
+                let mut socket = UnixConn::connect(path).await.map_err(io)?;
                 size_buffers(&socket);
                 self.hello(&mut socket).await?;
                 let pipe = self.give_pipe(&mut socket).await?;
@@ -216,7 +218,7 @@ impl DataPlane {
 
     /// Makes a local connection's pipe and hands the node its read end;
     /// `None` if no pipe could be made.
-    async fn give_pipe(&self, socket: &mut UnixStream) -> Result<Option<PipeWriter>> {
+    async fn give_pipe(&self, socket: &mut UnixConn) -> Result<Option<PipeWriter>> {
         let io = |e: std::io::Error| self.unavailable(format!("handing over a pipe: {e}"));
         if self.no_pipes.load(std::sync::atomic::Ordering::Relaxed) {
             return Ok(None);
