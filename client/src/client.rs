@@ -723,7 +723,7 @@ async fn put_block(rpc: &Rpc, plane: &Option<Arc<DataPlane>>, action: u64, matri
         j,
         rows: block.rows as u32,
         cols: block.cols as u32,
-        crc32c: block::checksum(&bytes),
+        checksum: block::checksum(&bytes),
     };
     let mut chunks = Vec::with_capacity(bytes.len() / CHUNK_BYTES + 1);
     let mut off = 0;
@@ -786,7 +786,7 @@ async fn get_block(
     let truncated = || StoreError::Corrupt { what: format!("block ({i}, {j}) of {matrix}: truncated transfer") };
     let first = stream.message().await?.ok_or_else(truncated)?;
     let h = first.header.ok_or_else(truncated)?;
-    let header = BlockHeader { rows: h.rows, cols: h.cols, crc32c: h.crc32c };
+    let header = BlockHeader { rows: h.rows, cols: h.cols, checksum: h.checksum };
     let mut data = vec![0f64; h.rows as usize * h.cols as usize];
     let buf: &mut [u8] = bytemuck::cast_slice_mut(&mut data);
     let mut off = 0;

@@ -22,6 +22,7 @@
 
 mod alloc;
 pub mod block;
+pub mod checksum;
 mod client;
 pub mod dataplane;
 mod error;

@@ -383,7 +383,7 @@ async fn write_pieces(
         crc.update(&buf[start..]);
         received += want;
         let last = received == payload;
-        if failed.is_some() || (last && crc.value() != header.crc32c) {
+        if failed.is_some() || (last && crc.value() != header.checksum) {
             // Keep reading to stay in step; write no more.
             spare = Some(buf);
             continue;
@@ -421,7 +421,7 @@ async fn write_pieces(
     }
     let outcome = match failed {
         Some(e) => Err(Piece::Io(e)),
-        None if crc.value() != header.crc32c => Err(Piece::Checksum),
+        None if crc.value() != header.checksum => Err(Piece::Checksum),
         None => Ok(()),
     };
     (staging, Ok(outcome))

@@ -216,7 +216,7 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     send_error(&mut s, &e).await?;
                     return Err(ConnError::Refused(e.to_string()));
                 }
-                let header = BlockHeader { rows: req.rows, cols: req.cols, crc32c: req.crc32c };
+                let header = BlockHeader { rows: req.rows, cols: req.cols, checksum: req.checksum };
                 let answer = match (req.op, &pipe) {
                     (Op::Put, _) => node.put_block_from(action, key, header, &mut s).await?,
                     (_, Some(pipe)) => node.put_block_spliced(action, key, header, pipe).await?,
@@ -358,7 +358,7 @@ async fn open_locked_shapes(
         if cold && hint {
             node.prefetch_block(&file);
         }
-        files.push((BlockHeader { rows, cols, crc32c: 0 }, file));
+        files.push((BlockHeader { rows, cols, checksum: 0 }, file));
     }
     Ok((files, cold))
 }

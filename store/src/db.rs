@@ -316,7 +316,7 @@ impl Db {
     }
 
     /// A version's stored form (checked by the caller: every block carries
-    /// its own crc32c); `None` if it is gone.
+    /// its own checksum); `None` if it is gone.
     pub(crate) fn read_version(&self, version: Uuid) -> Result<Option<Vec<u8>>, StoreError> {
         self.files.read(version)
     }

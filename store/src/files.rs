@@ -215,7 +215,7 @@ pub(crate) fn version_header(f: &File, what: &dyn Fn() -> String) -> Result<Bloc
 /// length of its file `f`.
 fn checked_header(f: &File, head: &[u8; HEADER_LEN], what: &dyn Fn() -> String) -> Result<BlockHeader, StoreError> {
     let corrupt = |why: &str| StoreError::Corrupt { what: format!("{}: {why}", what()) };
-    let header = block::decode_header(head).ok_or_else(|| corrupt("bad block header"))?;
+    let header = block::decode_header(head).ok_or_else(|| corrupt(block::bad_header(head)))?;
     let len = f.metadata().map_err(|e| io_error(e, what))?.len();
     if len != (HEADER_LEN + header.payload_len()) as u64 {
         return Err(corrupt("payload length does not match the header"));
@@ -262,22 +262,22 @@ impl Staging {
         self.stamp
     }
 
-    /// Leaves the check of the payload against `crc32c` to the commit that
+    /// Leaves the check of the payload against `checksum` to the commit that
     /// syncs this version ([`BlockFiles::sync_staged`]), which reads it
     /// back while its batch goes to the disk, instead of the put before
     /// its answer. For a one-piece put whose payload the node never held
     /// (spliced from a client's pipe). A mismatch then fails the commit,
     /// whose batch is undone, so no damaged block ever becomes current.
-    pub(crate) fn check_at_sync(&mut self, crc32c: u32) {
-        self.check = Some(crc32c);
+    pub(crate) fn check_at_sync(&mut self, checksum: u32) {
+        self.check = Some(checksum);
     }
 
     /// The deferred check ([`Staging::check_at_sync`]), if any: `Ok(false)`
     /// when the payload is not the one its checksum names.
     fn passes_check(&self) -> std::io::Result<bool> {
-        let Some(crc32c) = self.check else { return Ok(true) };
+        let Some(checksum) = self.check else { return Ok(true) };
         let header = HEADER_LEN as u64;
-        Ok(self.checksum_at(header, (self.len - header) as usize)? == crc32c)
+        Ok(self.checksum_at(header, (self.len - header) as usize)? == checksum)
     }
 
     /// Writes `bytes` at `offset` and starts their writeback at once, so
@@ -867,7 +867,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let files = BlockFiles::open(dir.path()).unwrap();
         let payload = vec![7u8; 3 << 20];
-        let header = BlockHeader { rows: 512, cols: 768, crc32c: block::checksum(&payload) };
+        let header = BlockHeader { rows: 512, cols: 768, checksum: block::checksum(&payload) };
         let mut value = header.encode().to_vec();
         value.extend_from_slice(&payload);
         let v = files.write(&value).unwrap();

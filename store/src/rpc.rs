@@ -284,7 +284,7 @@ impl Store for Rpc {
         let mode = if r.for_update { LockMode::Write } else { LockMode::Read };
         let (h, value) = self.node.get_block(action(r.action), key, mode).await.map_err(status)?;
         let header =
-            proto::BlockHeader { action: r.action, matrix: r.matrix, i: r.i, j: r.j, rows: h.rows, cols: h.cols, crc32c: h.crc32c };
+            proto::BlockHeader { action: r.action, matrix: r.matrix, i: r.i, j: r.j, rows: h.rows, cols: h.cols, checksum: h.checksum };
         // Chunks are slices of the one buffer read from RocksDB.
         let mut chunks = Vec::with_capacity(value.len() / CHUNK_BYTES + 1);
         let mut off = HEADER_LEN;
@@ -309,7 +309,7 @@ impl Store for Rpc {
         if h.rows == 0 || h.cols == 0 || h.rows > MAX_BLOCK || h.cols > MAX_BLOCK {
             return Err(invalid(format!("{key:?}: a block of {}x{}", h.rows, h.cols)));
         }
-        let header = BlockHeader { rows: h.rows, cols: h.cols, crc32c: h.crc32c };
+        let header = BlockHeader { rows: h.rows, cols: h.cols, checksum: h.checksum };
         let total = HEADER_LEN + header.payload_len();
         let mut value = Vec::with_capacity(total);
         value.extend_from_slice(&header.encode());

@@ -44,7 +44,7 @@ impl Node {
         let written = splice_pieces(&staging, header, payload, synced, pipe).await;
         if !synced {
             // Checked by the commit that syncs it, beside its batch.
-            staging.check_at_sync(header.crc32c);
+            staging.check_at_sync(header.checksum);
         }
         self.end_put(action, key, staging, written, synced)
     }
@@ -100,7 +100,7 @@ async fn splice_pieces(
     }
     match blocking(payload, || staging.checksum_at(HEADER_LEN as u64, payload)) {
         Err(e) => return Ok(Err(Piece::Io(e))),
-        Ok(crc) if crc != header.crc32c => return Ok(Err(Piece::Checksum)),
+        Ok(crc) if crc != header.checksum => return Ok(Err(Piece::Checksum)),
         Ok(_) => {}
     }
     if let Err(e) = blocking(payload, || staging.finish()) {

@@ -191,7 +191,7 @@ pub(crate) mod tests {
     /// The stored form of a 4×4 block of `fill`, with `stamp`.
     pub(crate) fn stored_block(fill: f64, stamp: u64) -> Vec<u8> {
         let payload: Vec<u8> = [fill; 16].iter().flat_map(|x| x.to_le_bytes()).collect();
-        let header = BlockHeader { rows: 4, cols: 4, crc32c: block::checksum(&payload) };
+        let header = BlockHeader { rows: 4, cols: 4, checksum: block::checksum(&payload) };
         [&header.encode_stamped(stamp)[..], &payload].concat()
     }
 

@@ -584,7 +584,7 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
     a.commit().await.unwrap();
     // Not a hello; a hello then a garbage request; a put announcing a block
     // far larger than any (the node must not allocate it).
-    let huge = wire::Request { op: wire::Op::Put, action: 1, matrix: m.id, i: 0, j: 0, rows: u32::MAX, cols: u32::MAX, crc32c: 0 };
+    let huge = wire::Request { op: wire::Op::Put, action: 1, matrix: m.id, i: 0, j: 0, rows: u32::MAX, cols: u32::MAX, checksum: 0 };
     let mut after_hello = wire::encode_hello(b"");
     after_hello.extend_from_slice(&[0xffu8; 4096]);
     let mut huge_put = wire::encode_hello(b"");
@@ -610,7 +610,7 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
     sock.write_all(&wire::encode_hello(b"")).await.unwrap();
     let mut head = [0u8; wire::REPLY_LEN];
     sock.read_exact(&mut head).await.unwrap();
-    let local_get = wire::Request { op: wire::Op::GetLocal, action: 0, matrix: m.id, i: 0, j: 0, rows: 0, cols: 0, crc32c: 0 };
+    let local_get = wire::Request { op: wire::Op::GetLocal, action: 0, matrix: m.id, i: 0, j: 0, rows: 0, cols: 0, checksum: 0 };
     use prost::Message;
     use store_client::proto;
     let call = |method: wire::Method, body: Vec<u8>| (wire::Request::call(method, body.len() as u32), body);
@@ -652,8 +652,16 @@ async fn puts_that_arrive_damaged_or_cut_off_change_nothing() {
     sock.write_all(&wire::encode_hello(b"")).await.unwrap();
     let mut head = [0u8; wire::REPLY_LEN];
     sock.read_exact(&mut head).await.unwrap();
-    let put =
-        |j: u32, crc32c: u32| wire::Request { op: wire::Op::Put, action: a.id(), matrix: m.id, i: 0, j, rows: 1200, cols: 1200, crc32c };
+    let put = |j: u32, checksum: u32| wire::Request {
+        op: wire::Op::Put,
+        action: a.id(),
+        matrix: m.id,
+        i: 0,
+        j,
+        rows: 1200,
+        cols: 1200,
+        checksum,
+    };
     let payload = |seed: f64| -> Vec<u8> { bytemuck::cast_slice(&block(1200, 1200, seed).data).to_vec() };
     let good = payload(3.0);
     let crc = store_client::block::checksum(&good);
@@ -710,7 +718,7 @@ async fn spliced_puts_that_arrive_damaged_refused_or_cut_off_change_nothing() {
     drop(read);
     assert!(matches!(unix_answer(&mut sock).await, Ok(Some(0))));
     let action = a.id();
-    let put = |j: u32, side: u32, crc32c: u32| wire::Request {
+    let put = |j: u32, side: u32, checksum: u32| wire::Request {
         op: wire::Op::PutSpliced,
         action,
         matrix: m.id,
@@ -718,7 +726,7 @@ async fn spliced_puts_that_arrive_damaged_refused_or_cut_off_change_nothing() {
         j,
         rows: side,
         cols: side,
-        crc32c,
+        checksum,
     };
     let payload = |side: usize, seed: f64| -> Vec<u8> { bytemuck::cast_slice(&block(side, side, seed).data).to_vec() };
     let good = payload(1200, 3.0);
@@ -798,10 +806,10 @@ async fn a_small_spliced_put_that_arrives_damaged_fails_its_commit_and_changes_n
     drop(read);
     assert!(matches!(unix_answer(&mut sock).await, Ok(Some(0))));
     let good: Vec<u8> = bytemuck::cast_slice(&block(64, 64, 3.0).data).to_vec();
-    let crc32c = store_client::block::checksum(&good);
+    let checksum = store_client::block::checksum(&good);
     let mut damaged = good.clone();
     damaged[100] ^= 1;
-    let put = |action: u64, j: u32| wire::Request { op: wire::Op::PutSpliced, action, matrix: m.id, i: 0, j, rows: 64, cols: 64, crc32c };
+    let put = |action: u64, j: u32| wire::Request { op: wire::Op::PutSpliced, action, matrix: m.id, i: 0, j, rows: 64, cols: 64, checksum };
 
     let b = s.begin().await.unwrap();
     b.put_block(m.id, 0, 1, block(64, 64, 5.0)).await.unwrap();
@@ -860,7 +868,7 @@ async fn a_large_value_through_the_unix_socket_waits_for_its_reader_and_arrives_
     let mut sock = UnixConn::connect(&n._dir.path().join(store::DATA_SOCKET)).await.unwrap();
     sock.write_all(&wire::encode_hello(b"")).await.unwrap();
     assert!(matches!(unix_answer(&mut sock).await, Ok(Some(0))));
-    let get = |j: u32| wire::Request { op: wire::Op::Get, action: 0, matrix: m.id, i: 0, j, rows: 0, cols: 0, crc32c: 0 };
+    let get = |j: u32| wire::Request { op: wire::Op::Get, action: 0, matrix: m.id, i: 0, j, rows: 0, cols: 0, checksum: 0 };
     for (j, want) in [(1, &big), (0, &small)] {
         sock.write_all(&get(j).encode()).await.unwrap();
         // Long enough for the node to fill the buffer and wait.

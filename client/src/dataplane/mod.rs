@@ -294,7 +294,7 @@ impl DataPlane {
             (true, false) => Op::GetLocal,
             (true, true) => Op::GetLocalForUpdate,
         };
-        let req = Request { op, action, matrix, i, j, rows: 0, cols: 0, crc32c: 0 };
+        let req = Request { op, action, matrix, i, j, rows: 0, cols: 0, checksum: 0 };
         let mut s = self.checkout().await?;
         let answer = if local { self.get_local_on(&mut s, &req).await? } else { self.get_on(&mut s, &req).await? };
         self.give_back(s);
@@ -501,10 +501,10 @@ impl DataPlane {
                 what: format!("block ({i}, {j}): {} values do not make a {}x{} block", block.data.len(), block.rows, block.cols),
             });
         }
-        let crc32c = block::checksum(payload);
+        let checksum = block::checksum(payload);
         let mut s = self.checkout().await?;
         let op = if s.pipe().is_some() { Op::PutSpliced } else { Op::Put };
-        let req = Request { op, action, matrix, i, j, rows: block.rows as u32, cols: block.cols as u32, crc32c };
+        let req = Request { op, action, matrix, i, j, rows: block.rows as u32, cols: block.cols as u32, checksum };
         let answer = self.put_on(&mut s, &req, payload).await?;
         self.give_back(s);
         answer
@@ -669,7 +669,7 @@ fn read_version_file(file: &std::fs::File, sent: block::BlockHeader, cached: boo
         }
     }
     let found = found.expect("the loop ends only with the header read");
-    let expected = if wire::shape_only(action) { found.crc32c } else { sent.crc32c };
+    let expected = if wire::shape_only(action) { found.checksum } else { sent.checksum };
     if crc.value() != expected {
         return Err(corrupt("checksum mismatch".into()));
     }
@@ -681,7 +681,7 @@ fn read_version_file(file: &std::fs::File, sent: block::BlockHeader, cached: boo
 /// A version file's header, checked against the header the node sent: a
 /// block header, of the same shape.
 fn check_file_header(head: &[u8; HEADER_LEN], sent: &block::BlockHeader) -> std::result::Result<block::BlockHeader, String> {
-    let found = block::decode_header(head).ok_or_else(|| "reading its version file: bad block header".to_string())?;
+    let found = block::decode_header(head).ok_or_else(|| format!("reading its version file: {}", block::bad_header(head)))?;
     if (found.rows, found.cols) != (sent.rows, sent.cols) {
         return Err(format!("its version file holds a {}x{} block, not {}x{}", found.rows, found.cols, sent.rows, sent.cols));
     }
@@ -711,7 +711,7 @@ mod tests {
     /// its stored form's header.
     fn stored(rows: u32, cols: u32) -> (Vec<f64>, BlockHeader) {
         let data: Vec<f64> = (0..rows as usize * cols as usize).map(|k| k as f64 * 0.5 - 3.0).collect();
-        let header = BlockHeader { rows, cols, crc32c: block::checksum(bytemuck::cast_slice(&data)) };
+        let header = BlockHeader { rows, cols, checksum: block::checksum(bytemuck::cast_slice(&data)) };
         (data, header)
     }
 
@@ -735,7 +735,7 @@ mod tests {
         // 300 × 400 values: 960,000 bytes, two read pieces.
         let (data, header) = stored(300, 400);
         let f = version_file(&header.encode_stamped(99), bytemuck::cast_slice(&data));
-        let shape = BlockHeader { crc32c: 0, ..header };
+        let shape = BlockHeader { checksum: 0, ..header };
         // Under an action: the shape is sent, the checksum is the file's.
         let got = read(&f, shape, UNDER_ACTION).unwrap();
         assert_eq!((got.rows, got.cols), (300, 400));
@@ -744,7 +744,7 @@ mod tests {
         // whose own header and payload agree but differ from it (reused
         // for another block) fails.
         assert_eq!(read(&f, header, 0).unwrap().data, data);
-        let other = BlockHeader { crc32c: header.crc32c ^ 1, ..header };
+        let other = BlockHeader { checksum: header.checksum ^ 1, ..header };
         assert!(why(read(&f, other, 0)).contains("checksum mismatch"));
         // Not in the page cache: the read that may not wait fails, and the
         // file is read as from disk, the same.
@@ -759,14 +759,14 @@ mod tests {
     fn a_damaged_version_file_is_corrupt_and_says_how() {
         let (data, header) = stored(64, 64);
         let payload: &[u8] = bytemuck::cast_slice(&data);
-        let shape = BlockHeader { crc32c: 0, ..header };
+        let shape = BlockHeader { checksum: 0, ..header };
         // A flipped payload byte.
         let mut flipped = payload.to_vec();
         flipped[4000] ^= 0x10;
         let e = why(read(&version_file(&header.encode(), &flipped), shape, UNDER_ACTION));
         assert!(e.contains("checksum mismatch") && e.contains("block (1, 2)"), "{e}");
         // A checksum in the header that is not the payload's.
-        let wrong = BlockHeader { crc32c: header.crc32c.wrapping_add(1), ..header };
+        let wrong = BlockHeader { checksum: header.checksum.wrapping_add(1), ..header };
         assert!(why(read(&version_file(&wrong.encode(), payload), shape, UNDER_ACTION)).contains("checksum mismatch"));
         // No block header at all.
         let mut garbage = header.encode();

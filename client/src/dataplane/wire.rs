@@ -10,7 +10,7 @@
 //! ```text
 //! hello   "FTBH" | version u16 | token_len u16 | token
 //! request "FTBQ" | op u8 | 0 0 0 | action u64 | matrix [16] | i u32 | j u32
-//!                | rows u32 | cols u32 | crc32c u32 | 0 u32          (56 bytes)
+//!                | rows u32 | cols u32 | checksum u32 | 0 u32          (56 bytes)
 //!         put: then rows·cols·8 payload bytes
 //!         spliced put: the same request, its payload through the
 //!         connection's pipe instead (Unix socket only; see [`super::splice`])
@@ -55,8 +55,9 @@ pub const REQUEST_MAGIC: [u8; 4] = *b"FTBQ";
 pub const REPLY_MAGIC: [u8; 4] = *b"FTBR";
 /// 2: calls; 3: gets of many blocks; 4: puts through a pipe; 5: a local
 /// get of many answered in groups; 6: local gets under an action answered
-/// with shapes ([`shape_only`]).
-pub const VERSION: u16 = 6;
+/// with shapes ([`shape_only`]); 7: blocks' checksums are XXH3's
+/// (`block::checksum`), not CRC-32C.
+pub const VERSION: u16 = 7;
 pub const REQUEST_LEN: usize = 56;
 pub const REPLY_LEN: usize = 16;
 /// Longest token a hello may carry.
@@ -156,7 +157,7 @@ impl Method {
     }
 }
 
-/// One request. `rows`, `cols` and `crc32c` describe a put's payload and
+/// One request. `rows`, `cols` and `checksum` describe a put's payload and
 /// are zero for gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Request {
@@ -167,7 +168,7 @@ pub struct Request {
     pub j: u32,
     pub rows: u32,
     pub cols: u32,
-    pub crc32c: u32,
+    pub checksum: u32,
 }
 
 /// Why bytes on the socket are not a message of this protocol.
@@ -192,7 +193,7 @@ impl Request {
         b[4] = self.op as u8;
         b[8..16].copy_from_slice(&self.action.to_le_bytes());
         b[16..32].copy_from_slice(self.matrix.as_bytes());
-        for (k, v) in [self.i, self.j, self.rows, self.cols, self.crc32c].into_iter().enumerate() {
+        for (k, v) in [self.i, self.j, self.rows, self.cols, self.checksum].into_iter().enumerate() {
             b[32 + 4 * k..36 + 4 * k].copy_from_slice(&v.to_le_bytes());
         }
         b
@@ -222,25 +223,25 @@ impl Request {
             j: u32_at(36),
             rows: u32_at(40),
             cols: u32_at(44),
-            crc32c: u32_at(48),
+            checksum: u32_at(48),
         })
     }
 
     /// A call of `method` whose protobuf request is `body_len` bytes.
     pub fn call(method: Method, body_len: u32) -> Request {
-        Request { op: Op::Call, action: 0, matrix: Uuid::nil(), i: 0, j: 0, rows: method as u32, cols: body_len, crc32c: 0 }
+        Request { op: Op::Call, action: 0, matrix: Uuid::nil(), i: 0, j: 0, rows: method as u32, cols: body_len, checksum: 0 }
     }
 
     /// Hands the node a pipe (its read end goes with the request).
     pub fn pipe() -> Request {
-        Request { op: Op::Pipe, action: 0, matrix: Uuid::nil(), i: 0, j: 0, rows: 0, cols: 0, crc32c: 0 }
+        Request { op: Op::Pipe, action: 0, matrix: Uuid::nil(), i: 0, j: 0, rows: 0, cols: 0, checksum: 0 }
     }
 
     /// A get (`op`: [`Op::GetMany`] or [`Op::GetLocalMany`]) of the
     /// `blocks` of `matrix` (at most [`MAX_MANY`]), with the body that
     /// follows it.
     pub fn get_many(op: Op, action: u64, matrix: Uuid, blocks: &[(u32, u32)], for_update: bool) -> (Request, Vec<u8>) {
-        let req = Request { op, action, matrix, i: 0, j: 0, rows: blocks.len() as u32, cols: for_update as u32, crc32c: 0 };
+        let req = Request { op, action, matrix, i: 0, j: 0, rows: blocks.len() as u32, cols: for_update as u32, checksum: 0 };
         (req, blocks.iter().flat_map(|&(i, j)| i.to_le_bytes().into_iter().chain(j.to_le_bytes())).collect())
     }
 
@@ -357,17 +358,17 @@ mod tests {
     #[test]
     fn a_local_entry_keeps_its_header_and_mark_and_refuses_what_is_not_one() {
         for cached in [false, true] {
-            let e = LocalEntry { header: BlockHeader { rows: 3, cols: MAX_BLOCK_SIDE, crc32c: 0xdead_beef }, cached };
+            let e = LocalEntry { header: BlockHeader { rows: 3, cols: MAX_BLOCK_SIDE, checksum: 0xdead_beef }, cached };
             assert_eq!(LocalEntry::decode(&e.encode()), Some(e));
         }
-        let too_big = LocalEntry { header: BlockHeader { rows: MAX_BLOCK_SIDE + 1, cols: 1, crc32c: 0 }, cached: true };
+        let too_big = LocalEntry { header: BlockHeader { rows: MAX_BLOCK_SIDE + 1, cols: 1, checksum: 0 }, cached: true };
         assert_eq!(LocalEntry::decode(&too_big.encode()), None);
         assert_eq!(LocalEntry::decode(&[0u8; HEADER_LEN]), None);
     }
 
     #[test]
     fn requests_and_replies_round_trip() {
-        let r = Request { op: Op::Put, action: 7, matrix: Uuid::new_v4(), i: 3, j: 9, rows: 5, cols: 2, crc32c: 0xdead_beef };
+        let r = Request { op: Op::Put, action: 7, matrix: Uuid::new_v4(), i: 3, j: 9, rows: 5, cols: 2, checksum: 0xdead_beef };
         assert_eq!(Request::decode(&r.encode()), Ok(r));
         for m in Method::ALL {
             assert_eq!(Method::from_u32(m as u32), Some(m));
@@ -389,7 +390,7 @@ mod tests {
 
     #[test]
     fn garbage_is_refused_before_any_allocation() {
-        let mut b = Request { op: Op::Get, action: 1, matrix: Uuid::nil(), i: 0, j: 0, rows: 0, cols: 0, crc32c: 0 }.encode();
+        let mut b = Request { op: Op::Get, action: 1, matrix: Uuid::nil(), i: 0, j: 0, rows: 0, cols: 0, checksum: 0 }.encode();
         b[4] = 11;
         assert_eq!(Request::decode(&b), Err(WireError::BadOp(11)));
         b[4] = 0;
