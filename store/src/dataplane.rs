@@ -28,6 +28,7 @@ use tokio::task::JoinSet;
 use crate::blocks::MAX_BLOCK;
 use crate::keys::BlockKey;
 use crate::node::Node;
+use crate::readahead::Readahead;
 
 /// A client that connects must say hello within this.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -91,6 +92,7 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
     tokio::time::timeout(HELLO_TIMEOUT, hello(&mut s, token)).await.map_err(|_| ConnError::Refused("no hello in time".into()))??;
     // The pipe a local client's spliced puts take (`Op::Pipe`).
     let mut pipe: Option<PipeReader> = None;
+    let mut readahead = Readahead::default();
     loop {
         let mut head = [0u8; REQUEST_LEN];
         // On a Unix socket a request may carry a descriptor (`Op::Pipe`'s);
@@ -127,7 +129,11 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     continue;
                 };
                 match open_local(node, action, key.matrix, &[(key.i, key.j)], mode).await {
-                    Ok(opened) => send_files(unix, &opened.files, opened.cached).await?,
+                    Ok(opened) => {
+                        send_files(unix, &opened.files, opened.cached).await?;
+                        let bytes = opened.files[0].0.payload_len() as u64;
+                        read_ahead(node, &mut readahead, key.matrix, &[(key.i, key.j)], bytes, opened.cold).await;
+                    }
                     Err(e) => send_error(&mut s, &e).await?,
                 }
             }
@@ -232,6 +238,21 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     Err(e) => send_error(&mut s, &e).await?,
                 }
             }
+        }
+    }
+}
+
+/// After a local get of one block: notes it in the connection's
+/// `readahead`, and starts reading the committed versions of the blocks it
+/// calls for (no locks: a hint only), up to the first that is outside the
+/// matrix or has none. (Gets of many hint their own files when cold, and
+/// reading further ahead of them made cold batches slower: b = 256 0.57,
+/// 0.50 of raw against 0.76, 0.69.)
+async fn read_ahead(node: &Arc<Node>, readahead: &mut Readahead, matrix: uuid::Uuid, blocks: &[(u32, u32)], bytes: u64, cold: bool) {
+    for (i, j) in readahead.after_get(matrix, blocks, bytes, cold) {
+        match node.open_block(None, BlockKey { matrix, i, j }, LockMode::Read).await {
+            Ok((_, file)) => node.prefetch_block(&file),
+            Err(_) => break,
         }
     }
 }

@@ -22,6 +22,7 @@ mod files;
 mod keys;
 mod node;
 mod open_files;
+mod readahead;
 mod rpc;
 mod spliced;
 mod undo;

@@ -882,6 +882,83 @@ async fn a_large_value_through_the_unix_socket_waits_for_its_reader_and_arrives_
     }
 }
 
+/// The version files in a node's `blocks/` directory that hold a block
+/// (spares are empty), each with whether its first page is cached (asked
+/// without reading it).
+fn version_files_cached(data: &std::path::Path) -> Vec<bool> {
+    use std::os::fd::AsRawFd;
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(data.join("blocks")).unwrap() {
+        let f = std::fs::File::open(entry.unwrap().path()).unwrap();
+        if f.metadata().unwrap().len() == 0 {
+            continue;
+        }
+        // `mincore` on a mapping: a probing read, even one that may not
+        // wait, would start reading the file.
+        // SAFETY: a read-only shared mapping of one page of an open file,
+        // unmapped before the file is closed; `vec` has room for one page.
+        unsafe {
+            let page = libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_SHARED, f.as_raw_fd(), 0);
+            assert_ne!(page, libc::MAP_FAILED);
+            let mut vec = [0u8; 1];
+            assert_eq!(libc::mincore(page, 4096, vec.as_mut_ptr()), 0);
+            libc::munmap(page, 4096);
+            out.push(vec[0] & 1 == 1);
+        }
+    }
+    out
+}
+
+/// Drops every version file of a node from the page cache.
+fn evict_version_files(data: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    for entry in std::fs::read_dir(data.join("blocks")).unwrap() {
+        let f = std::fs::File::open(entry.unwrap().path()).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: a plain syscall on a descriptor owned here.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    }
+}
+
+/// A client that reads cold blocks one by one along a row: after its
+/// second get the node starts reading the blocks ahead (`readahead`), so
+/// their files come into the page cache without being asked for.
+#[tokio::test]
+async fn cold_gets_along_a_row_start_reading_the_blocks_ahead() {
+    let n = node().await;
+    let m = n.client.create_matrix("R", 64, 64 * 12, 64).await.unwrap();
+    let s = n.client.open_session("t").await.unwrap();
+    let a = s.begin().await.unwrap();
+    for j in 0..12 {
+        a.put_block(m.id, 0, j, block(64, 64, j as f64)).await.unwrap();
+    }
+    a.commit().await.unwrap();
+    let data = n._dir.path();
+    evict_version_files(data);
+    let before = version_files_cached(data);
+    assert_eq!(before.len(), 12);
+    assert_eq!(before.iter().filter(|&&c| c).count(), 0, "the page cache kept the files: this test cannot run here");
+
+    let r = s.begin().await.unwrap();
+    for j in 0..2 {
+        assert_eq!(r.get_block(m.id, 0, j).await.unwrap(), block(64, 64, j as f64));
+    }
+    // The two read, and the ten ahead of them as their reads finish.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let cached = loop {
+        let cached = version_files_cached(data).iter().filter(|&&c| c).count();
+        if cached == 12 || Instant::now() > deadline {
+            break cached;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(cached, 12, "blocks ahead of two cold gets along a row were not read ahead");
+    for j in 2..12 {
+        assert_eq!(r.get_block(m.id, 0, j).await.unwrap(), block(64, 64, j as f64));
+    }
+    r.commit().await.unwrap();
+}
+
 /// A node with a matrix of two committed blocks of 1200² doubles (11 MiB:
 /// several of the node's pieces, many pipe-fulls), a session, and the two
 /// blocks' values.
