@@ -80,11 +80,17 @@ impl Checksum {
     }
 }
 
+/// Whether a stored value starts as a block of the format before this
+/// one (`"FTB1"`: CRC-32C checksums, before 2026-11-27).
+pub fn is_earlier_format(value: &[u8]) -> bool {
+    value.len() >= 4 && &value[0..4] == b"FTB1"
+}
+
 /// Why bytes that [`decode_header`] refused are not a block header: a
 /// block of the format before this one (`"FTB1"`, CRC-32C checksums) says
 /// so, since its checksums would all fail here.
 pub fn bad_header(value: &[u8]) -> &'static str {
-    if value.len() >= 4 && &value[0..4] == b"FTB1" {
+    if is_earlier_format(value) {
         "bad block header: a block of an earlier format (FTB1, CRC-32C checksums); this build reads FTB2 blocks only"
     } else {
         "bad block header"

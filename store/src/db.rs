@@ -170,6 +170,7 @@ impl Db {
         ];
         let raw = Arc::new(DB::open_cf_descriptors(&db_opts, path, cfs).map_err(storage_error)?);
         let files = Arc::new(BlockFiles::open(path).map_err(|e| crate::files::io_error(e, || "opening the blocks directory".into()))?);
+        files.check_format()?;
         let (tx, rx) = mpsc::channel();
         let settled = Arc::new(Mutex::new(Vec::new()));
         let (for_committer, files_for_committer, settled_for_committer) = (raw.clone(), files.clone(), settled.clone());

@@ -395,6 +395,35 @@ impl BlockFiles {
         self.dir.join(version.simple().to_string())
     }
 
+    /// Refuses a blocks directory of an earlier block format, judged by
+    /// the first version file that holds a header: a node that opened one
+    /// would answer every get `Corrupt`. (All of a store's blocks share a
+    /// format: no build converts them.)
+    pub(crate) fn check_format(&self) -> Result<(), StoreError> {
+        use std::os::unix::fs::FileExt;
+        let what = || format!("reading {}", self.dir.display());
+        for entry in std::fs::read_dir(&self.dir).map_err(|e| io_error(e, &what))? {
+            let path = entry.map_err(|e| io_error(e, &what))?.path();
+            let Ok(f) = File::open(&path) else { continue };
+            let mut head = [0u8; HEADER_LEN];
+            if f.read_exact_at(&mut head, 0).is_err() {
+                // Empty: a spare, or a put cut short.
+                continue;
+            }
+            if block::is_earlier_format(&head) {
+                return Err(StoreError::Storage {
+                    what: format!(
+                        "{}: {}; export its matrices with the build that wrote them and import them again",
+                        self.dir.display(),
+                        block::bad_header(&head)
+                    ),
+                });
+            }
+            return Ok(());
+        }
+        Ok(())
+    }
+
     /// Writes a new version and syncs its data; returns its id. A failed
     /// write leaves no file behind. Overwrites a recycled version if there
     /// is one; a full disk first gives the recycled versions' space back.
@@ -770,6 +799,35 @@ impl BlockFiles {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A blocks directory whose versions are of the CRC-32C format is
+    /// refused; one of this format, an empty one, and one with only a
+    /// spare or a damaged header (a single bad block is a get's `Corrupt`,
+    /// not the store's) are taken.
+    #[test]
+    fn a_directory_of_the_earlier_block_format_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = BlockFiles::open(dir.path()).unwrap();
+        files.check_format().unwrap();
+        std::fs::write(files.dir.join("spare"), b"").unwrap();
+        files.check_format().unwrap();
+        let payload = [0u8; 64];
+        let header = BlockHeader { rows: 2, cols: 4, checksum: block::checksum(&payload) };
+        let v = files.write(&[&header.encode()[..], &payload].concat()).unwrap();
+        files.check_format().unwrap();
+        let path = files.path(v);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[0..4].copy_from_slice(b"XXXX");
+        std::fs::write(&path, &bytes).unwrap();
+        files.check_format().unwrap();
+        bytes[0..4].copy_from_slice(b"FTB1");
+        std::fs::write(&path, &bytes).unwrap();
+        let e = files.check_format().unwrap_err();
+        assert!(
+            matches!(&e, StoreError::Storage { what } if what.contains("earlier format (FTB1") && what.contains("import them again")),
+            "{e}"
+        );
+    }
 
     #[test]
     fn written_versions_read_back_and_a_sweep_keeps_only_the_named() {

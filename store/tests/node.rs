@@ -554,6 +554,40 @@ async fn a_request_after_shutdown_is_store_unavailable() {
     assert!(e.is_retryable());
 }
 
+/// A data directory whose blocks are of the earlier (CRC-32C) format is
+/// refused when the node starts, saying so, rather than served with every
+/// get failing its checksum; the same directory of this format opens.
+#[tokio::test]
+async fn a_store_of_the_earlier_block_format_is_refused_at_start() {
+    let mut n = node().await;
+    let m = n.client.create_matrix("F", 8, 8, 8).await.unwrap();
+    let s = n.client.open_session("t").await.unwrap();
+    let a = s.begin().await.unwrap();
+    a.put_block(m.id, 0, 0, block(8, 8, 1.0)).await.unwrap();
+    a.commit().await.unwrap();
+    drop(s);
+    n.running.take().unwrap().shutdown().await.unwrap();
+    let config = || store::Config::new(n._dir.path().to_owned(), "127.0.0.1:0".parse().unwrap());
+    // The same directory opens again while its blocks are of this format.
+    store::start(config()).await.unwrap().shutdown().await.unwrap();
+    let mut patched = 0;
+    for entry in std::fs::read_dir(n._dir.path().join("blocks")).unwrap() {
+        let path = entry.unwrap().path();
+        let mut bytes = std::fs::read(&path).unwrap();
+        if bytes.len() >= 4 && &bytes[0..4] == b"FTB2" {
+            bytes[0..4].copy_from_slice(b"FTB1");
+            std::fs::write(&path, bytes).unwrap();
+            patched += 1;
+        }
+    }
+    assert_eq!(patched, 1, "one version file");
+    let e = match store::start(config()).await {
+        Ok(_) => panic!("a store of FTB1 blocks was opened"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("earlier format (FTB1") && e.contains("import them again"), "{e}");
+}
+
 #[tokio::test]
 async fn garbage_on_the_port_is_refused_and_the_node_keeps_serving() {
     let n = node().await;
