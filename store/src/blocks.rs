@@ -366,7 +366,7 @@ async fn write_pieces(
     let mut writing: Option<Writing> = None;
     let mut spare: Option<Vec<u8>> = None;
     let mut failed: Option<std::io::Error> = None;
-    let (mut crc, mut received, mut offset) = (block::Checksum::new(), 0u64, 0u64);
+    let (mut sum, mut received, mut offset) = (block::Checksum::new(), 0u64, 0u64);
     while received < payload {
         let mut buf = spare.take().unwrap_or_else(|| Vec::with_capacity(HEADER_LEN + PIECE.min(payload as usize)));
         buf.clear();
@@ -380,10 +380,10 @@ async fn write_pieces(
         if let Err(e) = read {
             return (staging, Err(e));
         }
-        crc.update(&buf[start..]);
+        sum.update(&buf[start..]);
         received += want;
         let last = received == payload;
-        if failed.is_some() || (last && crc.value() != header.checksum) {
+        if failed.is_some() || (last && sum.value() != header.checksum) {
             // Keep reading to stay in step; write no more.
             spare = Some(buf);
             continue;
@@ -421,7 +421,7 @@ async fn write_pieces(
     }
     let outcome = match failed {
         Some(e) => Err(Piece::Io(e)),
-        None if crc.value() != header.checksum => Err(Piece::Checksum),
+        None if sum.value() != header.checksum => Err(Piece::Checksum),
         None => Ok(()),
     };
     (staging, Ok(outcome))

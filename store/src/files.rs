@@ -337,15 +337,15 @@ impl Staging {
         thread_local!(static PIECE: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; 128 << 10]));
         PIECE.with(|piece| {
             let mut piece = piece.borrow_mut();
-            let mut crc = block::Checksum::new();
+            let mut sum = block::Checksum::new();
             let mut done = 0;
             while done < len {
                 let n = (len - done).min(piece.len());
                 self.file.read_exact_at(&mut piece[..n], offset + done as u64)?;
-                crc.update(&piece[..n]);
+                sum.update(&piece[..n]);
                 done += n;
             }
-            Ok(crc.value())
+            Ok(sum.value())
         })
     }
 

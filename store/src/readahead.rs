@@ -68,10 +68,9 @@ struct Line {
     matrix: Uuid,
     /// The last block read.
     last: (u32, u32),
-    /// The step the gets have kept to, with how many blocks in a row it
-    /// led to (the first block counts).
+    /// The step the last two gets or more have kept to; `None` after a
+    /// jump (or the first get).
     step: Option<Step>,
-    run: u32,
     /// Steps past `last` already hinted.
     hinted: u32,
 }
@@ -83,53 +82,40 @@ pub(crate) struct Readahead {
 }
 
 impl Readahead {
-    /// Notes a get of `blocks` (in the order asked) of `matrix`, each
-    /// `block_bytes` long, whose files were found `cold` (not cached), and
-    /// returns the blocks to hint: none unless the gets so far keep to one
-    /// step and the block just read was cold. The caller skips blocks
-    /// outside the matrix (the first ends the line).
-    pub(crate) fn after_get(&mut self, matrix: Uuid, blocks: &[(u32, u32)], block_bytes: u64, cold: bool) -> Vec<(u32, u32)> {
-        let (Some(&first), Some(&last)) = (blocks.first(), blocks.last()) else { return Vec::new() };
-        // The get's own step, if it read more than one block in a line.
-        let inner = match blocks {
-            [a, b, ..] => match Step::of(*a, *b) {
-                Some(s) if blocks.windows(2).all(|w| Step::of(w[0], w[1]) == Some(s)) => Some(s),
-                _ => None,
-            },
-            _ => None,
-        };
+    /// Notes a get of one `block` of `matrix`, `block_bytes` long, whose
+    /// file was found `cold` (not cached), and returns the blocks to hint:
+    /// none unless the gets so far keep to one step and this one was cold.
+    /// The caller skips blocks outside the matrix (the first ends the line).
+    pub(crate) fn after_get(&mut self, matrix: Uuid, block: (u32, u32), block_bytes: u64, cold: bool) -> Vec<(u32, u32)> {
         let at = match self.lines.iter().position(|l| l.matrix == matrix) {
             Some(at) => at,
             None => {
                 if self.lines.len() == MATRICES {
                     self.lines.remove(0);
                 }
-                self.lines.push(Line { matrix, last: first, step: None, run: 0, hinted: 0 });
+                self.lines.push(Line { matrix, last: block, step: None, hinted: 0 });
                 self.lines.len() - 1
             }
         };
         let line = &mut self.lines[at];
-        let joined = Step::of(line.last, first).filter(|s| line.run > 0 && inner.is_none_or(|i| i == *s));
-        let len = blocks.len() as u32;
-        match joined {
-            Some(s) if line.step.is_none_or(|t| t == s) => {
+        // A new line's `last` is this block: no step, as for a jump.
+        match Step::of(line.last, block).filter(|s| line.step.is_none_or(|t| t == *s)) {
+            Some(s) => {
                 line.step = Some(s);
-                line.run += len;
-                line.hinted = line.hinted.saturating_sub(len);
+                line.hinted = line.hinted.saturating_sub(1);
             }
-            _ => {
-                line.step = inner;
-                line.run = len;
+            None => {
+                line.step = None;
                 line.hinted = 0;
             }
         }
-        line.last = last;
+        line.last = block;
         let Some(step) = line.step else { return Vec::new() };
-        if !cold || line.run < 2 || block_bytes > MAX_BLOCK_BYTES {
+        if !cold || block_bytes > MAX_BLOCK_BYTES {
             return Vec::new();
         }
         let ahead = (AHEAD_BYTES / block_bytes.max(1)).clamp(1, u32::MAX as u64) as u32;
-        let hints = (line.hinted + 1..=ahead).map_while(|n| step.ahead(last, n)).collect::<Vec<_>>();
+        let hints = (line.hinted + 1..=ahead).map_while(|n| step.ahead(block, n)).collect::<Vec<_>>();
         line.hinted = ahead;
         hints
     }
@@ -149,14 +135,14 @@ mod tests {
     fn cold_gets_along_a_row_hint_the_blocks_ahead_once_each() {
         let m = Uuid::new_v4();
         let mut r = Readahead::default();
-        assert!(r.after_get(m, &[(0, 0)], B256, true).is_empty(), "one block is not yet a line");
-        let hints = r.after_get(m, &[(0, 1)], B256, true);
+        assert!(r.after_get(m, (0, 0), B256, true).is_empty(), "one block is not yet a line");
+        let hints = r.after_get(m, (0, 1), B256, true);
         assert_eq!(hints, row(0, 2..34), "32 blocks of 512 KiB: 16 MiB ahead");
         // The next cold get hints only what now comes into reach.
-        assert_eq!(r.after_get(m, &[(0, 2)], B256, true), vec![(0, 34)]);
+        assert_eq!(r.after_get(m, (0, 2), B256, true), vec![(0, 34)]);
         // Warm: nothing, but the line goes on.
-        assert!(r.after_get(m, &[(0, 3)], B256, false).is_empty());
-        assert_eq!(r.after_get(m, &[(0, 4)], B256, true), row(0, 35..37));
+        assert!(r.after_get(m, (0, 3), B256, false).is_empty());
+        assert_eq!(r.after_get(m, (0, 4), B256, true), row(0, 35..37));
     }
 
     #[test]
@@ -164,13 +150,13 @@ mod tests {
         let m = Uuid::new_v4();
         let mut r = Readahead::default();
         let mib = 1 << 20;
-        r.after_get(m, &[(5, 3)], mib, true);
-        assert_eq!(r.after_get(m, &[(6, 3)], mib, true), (7..23).map(|i| (i, 3)).collect::<Vec<_>>());
-        assert_eq!(r.after_get(m, &[(7, 3)], mib, true), vec![(23, 3)]);
+        r.after_get(m, (5, 3), mib, true);
+        assert_eq!(r.after_get(m, (6, 3), mib, true), (7..23).map(|i| (i, 3)).collect::<Vec<_>>());
+        assert_eq!(r.after_get(m, (7, 3), mib, true), vec![(23, 3)]);
         let b1024 = 1024 * 1024 * 8;
         let n = Uuid::new_v4();
         for i in 0..4 {
-            assert!(r.after_get(n, &[(i, 0)], b1024, true).is_empty(), "an 8 MiB block is read ahead by the kernel");
+            assert!(r.after_get(n, (i, 0), b1024, true).is_empty(), "an 8 MiB block is read ahead by the kernel");
         }
     }
 
@@ -179,7 +165,7 @@ mod tests {
         let m = Uuid::new_v4();
         let mut r = Readahead::default();
         for b in [(0, 0), (0, 2), (1, 2), (1, 1), (3, 3), (3, 3)] {
-            let hints = r.after_get(m, &[b], B256, true);
+            let hints = r.after_get(m, b, B256, true);
             // (0, 2) → (1, 2) is a step down a column, but a line of one
             // step is a line: only that pair may hint.
             if b == (1, 2) {
@@ -191,29 +177,17 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_along_a_row_is_a_line_and_continues_one() {
-        let m = Uuid::new_v4();
-        let mut r = Readahead::default();
-        assert_eq!(r.after_get(m, &row(0, 0..16), B256, true), row(0, 16..48));
-        // The next batch joins the line; what it read of the hints is no
-        // longer ahead, so the window moves on by its length.
-        assert_eq!(r.after_get(m, &row(0, 16..32), B256, true), row(0, 48..64));
-        // A batch that is no line hints nothing.
-        assert!(r.after_get(m, &[(0, 40), (3, 1)], B256, true).is_empty());
-    }
-
-    #[test]
     fn each_matrix_keeps_its_own_line() {
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
         let mut r = Readahead::default();
-        r.after_get(a, &[(0, 0)], B256, true);
-        r.after_get(b, &[(0, 0)], B256, true);
-        assert_eq!(r.after_get(a, &[(0, 1)], B256, true).len(), 32);
-        assert_eq!(r.after_get(b, &[(1, 0)], B256, true).first(), Some(&(2, 0)));
+        r.after_get(a, (0, 0), B256, true);
+        r.after_get(b, (0, 0), B256, true);
+        assert_eq!(r.after_get(a, (0, 1), B256, true).len(), 32);
+        assert_eq!(r.after_get(b, (1, 0), B256, true).first(), Some(&(2, 0)));
         // A fifth matrix drops the oldest line.
         for _ in 0..4 {
-            r.after_get(Uuid::new_v4(), &[(0, 0)], B256, true);
+            r.after_get(Uuid::new_v4(), (0, 0), B256, true);
         }
-        assert!(r.after_get(a, &[(0, 2)], B256, true).is_empty(), "a's line was dropped");
+        assert!(r.after_get(a, (0, 2), B256, true).is_empty(), "a's line was dropped");
     }
 }

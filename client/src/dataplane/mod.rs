@@ -618,7 +618,7 @@ fn read_version_file(file: &std::fs::File, sent: block::BlockHeader, cached: boo
     let mut head = [0u8; HEADER_LEN];
     // The file's header, once read and checked.
     let mut found = None;
-    let mut crc = block::Checksum::new();
+    let mut sum = block::Checksum::new();
     // Bytes of the header, then of the payload, read so far.
     let (mut in_head, mut done) = (0, 0);
     let (mut nowait, mut header_alone) = (cached, !cached);
@@ -653,7 +653,7 @@ fn read_version_file(file: &std::fs::File, sent: block::BlockHeader, cached: boo
                 }
                 // SAFETY: `preadv2` initialised these `n` bytes.
                 let got = unsafe { std::slice::from_raw_parts(base.add(done), n) };
-                crc.update(got);
+                sum.update(got);
                 done += n;
             }
             0 => return Err(corrupt("reading its version file: the file ends before the block does".into())),
@@ -670,7 +670,7 @@ fn read_version_file(file: &std::fs::File, sent: block::BlockHeader, cached: boo
     }
     let found = found.expect("the loop ends only with the header read");
     let expected = if wire::shape_only(action) { found.checksum } else { sent.checksum };
-    if crc.value() != expected {
+    if sum.value() != expected {
         return Err(corrupt("checksum mismatch".into()));
     }
     // SAFETY: `preadv` wrote all `len` bytes, and any bit pattern is an f64.
