@@ -20,6 +20,12 @@ impl InProcess {
     /// Starts a node on a fresh directory under `parent` (the system temp
     /// directory if `None`); the directory is removed when this is dropped.
     pub(crate) fn start(parent: Option<&Path>) -> anyhow::Result<InProcess> {
+        Self::start_on(parent, None)
+    }
+
+    /// [`InProcess::start`], with the node's threads on `cpus` only (all
+    /// if `None`).
+    pub(crate) fn start_on(parent: Option<&Path>, cpus: Option<Vec<usize>>) -> anyhow::Result<InProcess> {
         let mut b = tempfile::Builder::new();
         b.prefix("bench-store-");
         let dir = match parent {
@@ -27,7 +33,17 @@ impl InProcess {
             None => b.tempdir(),
         }
         .context("creating the store node's data directory")?;
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("store-node").enable_all().build()?;
+        let mut rt = tokio::runtime::Builder::new_multi_thread();
+        rt.worker_threads(2).thread_name("store-node").enable_all();
+        if let Some(cpus) = cpus {
+            // Every thread the runtime starts, its blocking pool's too.
+            rt.on_thread_start(move || {
+                if let Err(e) = pin_to(&cpus) {
+                    tracing::warn!("store node thread not pinned: {e}");
+                }
+            });
+        }
+        let rt = rt.build()?;
         let mut n = InProcess { rt, running: None, addr: String::new(), dir };
         n.open()?;
         Ok(n)
@@ -82,4 +98,20 @@ impl InProcess {
 /// The 1-minute load average from /proc/loadavg (`None` where unreadable).
 pub(crate) fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+}
+
+/// Pins the calling thread to `cpus`.
+pub(crate) fn pin_to(cpus: &[usize]) -> std::io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is the empty set; the calls only read and
+    // write it and this thread's own affinity.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }

@@ -182,6 +182,12 @@ impl Client {
         self.plane.is_some()
     }
 
+    /// How this client's gets of blocks the node had peeked went
+    /// (`dataplane::wire::Peek`): all zero off the node's machine.
+    pub fn peeked_gets(&self) -> crate::dataplane::PeekedGets {
+        self.plane.as_ref().map(|p| p.peeked_gets()).unwrap_or_default()
+    }
+
     /// Connects, retrying with exponential back-off (100 ms up to 2 s) for
     /// at most `patience` (forever if `None`), logging each failure.
     pub async fn connect_retrying(addr: &str, token: Option<&str>, patience: Option<Duration>) -> Result<Client> {

@@ -155,6 +155,12 @@ impl Node {
         crate::files::first_page_cached(file)
     }
 
+    /// The write stamp in an opened block's header
+    /// (`files::version_stamp`).
+    pub(crate) fn block_stamp(&self, file: &std::fs::File) -> Option<u64> {
+        crate::files::version_stamp(file)
+    }
+
     /// Starts reading an opened block's file into the page cache.
     pub(crate) fn prefetch_block(&self, file: &std::fs::File) {
         crate::files::will_need(file)

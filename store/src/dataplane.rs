@@ -130,9 +130,21 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                 };
                 match open_local(node, action, key.matrix, &[(key.i, key.j)], mode).await {
                     Ok(opened) => {
-                        send_files(unix, &opened.files, opened.cached).await?;
-                        let bytes = opened.files[0].0.payload_len() as u64;
-                        read_ahead(node, &mut readahead, key.matrix, (key.i, key.j), bytes, opened.cold).await;
+                        let (header, file) = &opened.files[0];
+                        let mut entry = wire::LocalEntry { header: *header, cached: opened.cached, stamp: 0 };
+                        if req.flags & wire::STAMP_WANTED != 0 {
+                            entry.stamp = node.block_stamp(file).unwrap_or(0);
+                        }
+                        let bytes = header.payload_len() as u64;
+                        let hints = readahead.after_get(key.matrix, (key.i, key.j), bytes, opened.cold);
+                        // Only a reader under locks can tell a peeked
+                        // version from the one it locks (`wire::Peek`).
+                        let peeked = match action {
+                            Some(a) if req.op == Op::GetLocal && wire::shape_only(a.0) => peek(node, &readahead, key.matrix, bytes).await,
+                            _ => None,
+                        };
+                        send_local(unix, &[entry], &[file.as_fd()], peeked.as_ref()).await?;
+                        read_ahead(node, key.matrix, hints).await;
                     }
                     Err(e) => send_error(&mut s, &e).await?,
                 }
@@ -242,19 +254,35 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
     }
 }
 
-/// After a local get of one block: notes it in the connection's
-/// `readahead`, and starts reading the committed versions of the blocks it
-/// calls for (no locks: a hint only), up to the first that is outside the
+/// After a local get of one block, once it is answered: starts reading
+/// the committed versions of the blocks the connection's `Readahead` calls
+/// for (no locks: a hint only), up to the first that is outside the
 /// matrix or has none. (Gets of many hint their own files when cold, and
 /// reading further ahead of them made cold batches slower: b = 256 0.57,
 /// 0.50 of raw against 0.76, 0.69.)
-async fn read_ahead(node: &Arc<Node>, readahead: &mut Readahead, matrix: uuid::Uuid, block: (u32, u32), bytes: u64, cold: bool) {
-    for (i, j) in readahead.after_get(matrix, block, bytes, cold) {
+async fn read_ahead(node: &Arc<Node>, matrix: uuid::Uuid, hints: Vec<(u32, u32)>) {
+    for (i, j) in hints {
         match node.open_block(None, BlockKey { matrix, i, j }, LockMode::Read).await {
             Ok((_, file)) => node.prefetch_block(&file),
             Err(_) => break,
         }
     }
+}
+
+/// The block after a local get of one block on the line its connection
+/// reads along, peeked (`wire::Peek`): its committed version's file,
+/// opened without a lock, and its shape. `None` when there is no line,
+/// the block is larger than peeks are for, or it is outside the matrix or
+/// has no version yet.
+async fn peek(node: &Arc<Node>, readahead: &Readahead, matrix: uuid::Uuid, bytes: u64) -> Option<(wire::Peek, Arc<std::fs::File>)> {
+    if bytes > wire::PEEK_MAX_BYTES {
+        return None;
+    }
+    let (i, j) = readahead.next_on_line(matrix)?;
+    let (_, file) = node.open_block(None, BlockKey { matrix, i, j }, LockMode::Read).await.ok()?;
+    let (rows, cols) = crate::blocks::block_shape(&node.matrix(Some(matrix), "").ok()?, i, j).ok()?;
+    let entry = wire::LocalEntry { header: BlockHeader { rows, cols, checksum: 0 }, cached: node.block_cached(&file), stamp: 0 };
+    Some((wire::Peek { i, j, entry }, file))
 }
 
 /// An opened block: what the reply names it by, and its version's file.
@@ -415,11 +443,29 @@ fn local_group(left: usize, cold: bool) -> usize {
 /// Answers a local get: the blocks' entries (headers, marked `cached` or
 /// not), their files' descriptors with them.
 async fn send_files(unix: &UnixConn, files: &[Opened], cached: bool) -> std::io::Result<()> {
-    let mut reply = Reply { ok: true, len: (files.len() * HEADER_LEN) as u64 }.encode().to_vec();
-    for &(header, _) in files {
-        reply.extend_from_slice(&wire::LocalEntry { header, cached }.encode());
-    }
+    let entries: Vec<_> = files.iter().map(|&(header, _)| wire::LocalEntry { header, cached, stamp: 0 }).collect();
     let fds: Vec<_> = files.iter().map(|(_, f)| f.as_fd()).collect();
+    send_local(unix, &entries, &fds, None).await
+}
+
+/// Sends a local get's reply: the `entries`, then the `peek` if any, with
+/// the files' descriptors in the same order.
+async fn send_local(
+    unix: &UnixConn,
+    entries: &[wire::LocalEntry],
+    fds: &[std::os::fd::BorrowedFd<'_>],
+    peek: Option<&(wire::Peek, Arc<std::fs::File>)>,
+) -> std::io::Result<()> {
+    let len = entries.len() * HEADER_LEN + peek.map_or(0, |_| wire::PEEK_LEN);
+    let mut reply = Reply { ok: true, len: len as u64 }.encode().to_vec();
+    for entry in entries {
+        reply.extend_from_slice(&entry.encode());
+    }
+    let mut fds = fds.to_vec();
+    if let Some((p, file)) = peek {
+        reply.extend_from_slice(&p.encode());
+        fds.push(file.as_fd());
+    }
     fdpass::send_with_fds(unix, &reply, &fds).await
 }
 

@@ -211,6 +211,16 @@ pub(crate) fn version_header(f: &File, what: &dyn Fn() -> String) -> Result<Bloc
     checked_header(f, &head, what)
 }
 
+/// The write stamp in an opened version's header (0 for none, as in a
+/// header of a value written whole), or `None` if its first bytes cannot be
+/// read or are no block header.
+pub(crate) fn version_stamp(f: &File) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut head = [0u8; HEADER_LEN];
+    f.read_exact_at(&mut head, 0).ok()?;
+    block::stamp(&head)
+}
+
 /// The header in a version's first bytes `head`, checked against the
 /// length of its file `f`.
 fn checked_header(f: &File, head: &[u8; HEADER_LEN], what: &dyn Fn() -> String) -> Result<BlockHeader, StoreError> {
@@ -402,8 +412,8 @@ impl BlockFiles {
     pub(crate) fn check_format(&self) -> Result<(), StoreError> {
         use std::os::unix::fs::FileExt;
         let what = || format!("reading {}", self.dir.display());
-        for entry in std::fs::read_dir(&self.dir).map_err(|e| io_error(e, &what))? {
-            let path = entry.map_err(|e| io_error(e, &what))?.path();
+        for entry in std::fs::read_dir(&self.dir).map_err(|e| io_error(e, what))? {
+            let path = entry.map_err(|e| io_error(e, what))?.path();
             let Ok(f) = File::open(&path) else { continue };
             let mut head = [0u8; HEADER_LEN];
             if f.read_exact_at(&mut head, 0).is_err() {

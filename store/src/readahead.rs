@@ -119,6 +119,14 @@ impl Readahead {
         line.hinted = ahead;
         hints
     }
+
+    /// The block one step past the last get of `matrix`, when the gets so
+    /// far keep to one step: the block a reader along that line asks for
+    /// next (the node peeks it, `dataplane::peek`).
+    pub(crate) fn next_on_line(&self, matrix: Uuid) -> Option<(u32, u32)> {
+        let line = self.lines.iter().find(|l| l.matrix == matrix)?;
+        line.step?.ahead(line.last, 1)
+    }
 }
 
 #[cfg(test)]
@@ -174,6 +182,26 @@ mod tests {
                 assert!(hints.is_empty(), "{b:?}: {hints:?}");
             }
         }
+    }
+
+    #[test]
+    fn the_next_block_on_a_line_is_known_after_one_step_warm_or_cold() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut r = Readahead::default();
+        assert_eq!(r.next_on_line(a), None, "nothing read yet");
+        r.after_get(a, (2, 5), B256, false);
+        assert_eq!(r.next_on_line(a), None, "one block is not a line");
+        r.after_get(a, (2, 6), B256, false);
+        assert_eq!(r.next_on_line(a), Some((2, 7)));
+        r.after_get(b, (0, 0), B256, false);
+        r.after_get(b, (1, 0), B256, false);
+        assert_eq!(r.next_on_line(b), Some((2, 0)), "down a column");
+        assert_eq!(r.next_on_line(a), Some((2, 7)), "a's line is its own");
+        r.after_get(a, (4, 4), B256, false);
+        assert_eq!(r.next_on_line(a), None, "after a jump");
+        r.after_get(b, (u32::MAX - 1, 9), B256, false);
+        r.after_get(b, (u32::MAX, 9), B256, false);
+        assert_eq!(r.next_on_line(b), None, "past the last index");
     }
 
     #[test]

@@ -618,7 +618,8 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
     a.commit().await.unwrap();
     // Not a hello; a hello then a garbage request; a put announcing a block
     // far larger than any (the node must not allocate it).
-    let huge = wire::Request { op: wire::Op::Put, action: 1, matrix: m.id, i: 0, j: 0, rows: u32::MAX, cols: u32::MAX, checksum: 0 };
+    let huge =
+        wire::Request { op: wire::Op::Put, action: 1, matrix: m.id, i: 0, j: 0, rows: u32::MAX, cols: u32::MAX, checksum: 0, flags: 0 };
     let mut after_hello = wire::encode_hello(b"");
     after_hello.extend_from_slice(&[0xffu8; 4096]);
     let mut huge_put = wire::encode_hello(b"");
@@ -644,7 +645,7 @@ async fn garbage_on_the_data_plane_is_refused_and_blocks_keep_flowing() {
     sock.write_all(&wire::encode_hello(b"")).await.unwrap();
     let mut head = [0u8; wire::REPLY_LEN];
     sock.read_exact(&mut head).await.unwrap();
-    let local_get = wire::Request { op: wire::Op::GetLocal, action: 0, matrix: m.id, i: 0, j: 0, rows: 0, cols: 0, checksum: 0 };
+    let local_get = wire::Request::get(wire::Op::GetLocal, 0, m.id, 0, 0, 0);
     use prost::Message;
     use store_client::proto;
     let call = |method: wire::Method, body: Vec<u8>| (wire::Request::call(method, body.len() as u32), body);
@@ -695,6 +696,7 @@ async fn puts_that_arrive_damaged_or_cut_off_change_nothing() {
         rows: 1200,
         cols: 1200,
         checksum,
+        flags: 0,
     };
     let payload = |seed: f64| -> Vec<u8> { bytemuck::cast_slice(&block(1200, 1200, seed).data).to_vec() };
     let good = payload(3.0);
@@ -761,6 +763,7 @@ async fn spliced_puts_that_arrive_damaged_refused_or_cut_off_change_nothing() {
         rows: side,
         cols: side,
         checksum,
+        flags: 0,
     };
     let payload = |side: usize, seed: f64| -> Vec<u8> { bytemuck::cast_slice(&block(side, side, seed).data).to_vec() };
     let good = payload(1200, 3.0);
@@ -843,7 +846,17 @@ async fn a_small_spliced_put_that_arrives_damaged_fails_its_commit_and_changes_n
     let checksum = store_client::block::checksum(&good);
     let mut damaged = good.clone();
     damaged[100] ^= 1;
-    let put = |action: u64, j: u32| wire::Request { op: wire::Op::PutSpliced, action, matrix: m.id, i: 0, j, rows: 64, cols: 64, checksum };
+    let put = |action: u64, j: u32| wire::Request {
+        op: wire::Op::PutSpliced,
+        action,
+        matrix: m.id,
+        i: 0,
+        j,
+        rows: 64,
+        cols: 64,
+        checksum,
+        flags: 0,
+    };
 
     let b = s.begin().await.unwrap();
     b.put_block(m.id, 0, 1, block(64, 64, 5.0)).await.unwrap();
@@ -902,7 +915,7 @@ async fn a_large_value_through_the_unix_socket_waits_for_its_reader_and_arrives_
     let mut sock = UnixConn::connect(&n._dir.path().join(store::DATA_SOCKET)).await.unwrap();
     sock.write_all(&wire::encode_hello(b"")).await.unwrap();
     assert!(matches!(unix_answer(&mut sock).await, Ok(Some(0))));
-    let get = |j: u32| wire::Request { op: wire::Op::Get, action: 0, matrix: m.id, i: 0, j, rows: 0, cols: 0, checksum: 0 };
+    let get = |j: u32| wire::Request::get(wire::Op::Get, 0, m.id, 0, j, 0);
     for (j, want) in [(1, &big), (0, &small)] {
         sock.write_all(&get(j).encode()).await.unwrap();
         // Long enough for the node to fill the buffer and wait.
@@ -990,6 +1003,68 @@ async fn cold_gets_along_a_row_start_reading_the_blocks_ahead() {
     for j in 2..12 {
         assert_eq!(r.get_block(m.id, 0, j).await.unwrap(), block(64, 64, j as f64));
     }
+    r.commit().await.unwrap();
+}
+
+/// A node with a row of `n` committed 64×64 blocks (block j filled from
+/// seed j), and a session.
+async fn a_row_of_blocks(n: u32, lock_timeout: Duration) -> (Node, store_client::MatrixInfo, store_client::Session) {
+    let node = node_with(|c| c.node.lock_timeout = lock_timeout).await;
+    let m = node.client.create_matrix("R", 64, 64 * n as u64, 64).await.unwrap();
+    let s = node.client.open_session("reader").await.unwrap();
+    let a = s.begin().await.unwrap();
+    for j in 0..n {
+        a.put_block(m.id, 0, j, block(64, 64, j as f64)).await.unwrap();
+    }
+    a.commit().await.unwrap();
+    (node, m, s)
+}
+
+#[tokio::test]
+async fn a_block_peeked_ahead_of_a_reader_and_replaced_before_its_get_is_read_as_replaced() {
+    let (n, m, s) = a_row_of_blocks(6, Duration::from_secs(5)).await;
+    let w = n.client.open_session("writer").await.unwrap();
+    let r = s.begin().await.unwrap();
+    for j in 0..2 {
+        assert_eq!(r.get_block(m.id, 0, j).await.unwrap(), block(64, 64, j as f64));
+    }
+    // The node has peeked (0, 2) for the reader, which holds no lock on
+    // it yet: a writer replaces it.
+    let b = w.begin().await.unwrap();
+    b.put_block(m.id, 0, 2, block(64, 64, 100.0)).await.unwrap();
+    b.commit().await.unwrap();
+    assert_eq!(r.get_block(m.id, 0, 2).await.unwrap(), block(64, 64, 100.0), "the peeked version came back");
+    assert_eq!(n.client.peeked_gets(), store_client::dataplane::PeekedGets { kept: 0, read_again: 1 });
+    // Unchanged ones are kept as read.
+    for j in 3..6 {
+        assert_eq!(r.get_block(m.id, 0, j).await.unwrap(), block(64, 64, j as f64));
+    }
+    assert_eq!(n.client.peeked_gets(), store_client::dataplane::PeekedGets { kept: 3, read_again: 1 });
+    r.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_get_of_a_peeked_block_that_waits_for_a_writer_returns_what_the_writer_committed() {
+    let (n, m, s) = a_row_of_blocks(4, Duration::from_secs(5)).await;
+    let w = n.client.open_session("writer").await.unwrap();
+    let r = s.begin().await.unwrap();
+    for j in 0..2 {
+        r.get_block(m.id, 0, j).await.unwrap();
+    }
+    // A writer holds (0, 2) with a new version staged: the reader's get
+    // reads the peeked (old) file, then waits for the lock.
+    let b = w.begin().await.unwrap();
+    b.put_block(m.id, 0, 2, block(64, 64, 200.0)).await.unwrap();
+    let reader = tokio::spawn(async move {
+        let got = r.get_block(m.id, 0, 2).await;
+        (r, got)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!reader.is_finished(), "the get did not wait for the writer's lock");
+    b.commit().await.unwrap();
+    let (r, got) = reader.await.unwrap();
+    assert_eq!(got.unwrap(), block(64, 64, 200.0), "the get returned the version it read before its lock");
+    assert_eq!(n.client.peeked_gets().read_again, 1);
     r.commit().await.unwrap();
 }
 

@@ -94,6 +94,14 @@ pub(crate) struct Args {
     /// block at a time.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=64))]
     batch: u32,
+    /// Run the client (and the raw side) on the first CPU only and the
+    /// in-process store node's threads on the others, as a store node with
+    /// cores of its own runs. Without it the kernel places them: one that
+    /// packs a woken thread onto the CPU of its waker (this project's VM
+    /// does) runs a get's node side and client side one after the other
+    /// on one CPU. Needs two CPUs or more.
+    #[arg(long)]
+    pin: bool,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -145,7 +153,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     store_client::reuse_block_buffers();
     let mib = args.mib.unwrap_or(if args.quick { 96 } else { 512 });
     let reps = args.reps.unwrap_or(if args.quick { 1 } else { 2 }).max(1);
-    let mut node = InProcess::start(args.dir.as_deref())?;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if args.pin && cpus < 2 {
+        bail!("--pin needs two CPUs or more; this process may use {cpus}");
+    }
+    let node_cpus: Option<Vec<usize>> = args.pin.then(|| (1..cpus).collect());
+    let mut node = InProcess::start_on(args.dir.as_deref(), node_cpus)?;
     let raw_dir = match &args.dir {
         Some(d) => tempfile::Builder::new().prefix("bench-raw-").tempdir_in(d),
         None => tempfile::Builder::new().prefix("bench-raw-").tempdir(),
@@ -163,7 +176,15 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     // The client side runs as a slave's does: tasks on a runtime of one
     // worker, which also polls the sockets (a future driven by `block_on`
     // from another thread pays a thread wake-up per reply).
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    rt.worker_threads(1).enable_all();
+    if args.pin {
+        crate::store_node::pin_to(&[0]).context("pinning the client to CPU 0")?;
+        rt.on_thread_start(|| {
+            let _ = crate::store_node::pin_to(&[0]);
+        });
+    }
+    let rt = rt.build()?;
     let run_id = std::process::id();
     for &b in &args.sizes {
         if b == 0 || b > store::MAX_BLOCK {
@@ -289,6 +310,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 ("mib", json!(r1(total / MIB))),
                 ("loadavg", json!(load)),
                 ("via", json!(args.via.name())),
+                ("pinned", json!(args.pin)),
             ];
             e.extend(v);
             e

@@ -89,6 +89,12 @@ pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send {
     fn pipe(&self) -> Option<&PipeWriter> {
         None
     }
+
+    /// The blocks the node peeked for this connection (a client's local
+    /// connection).
+    fn peeks(&mut self) -> Option<&mut Peeks> {
+        None
+    }
 }
 impl Conn for TcpStream {}
 impl Conn for UnixConn {
@@ -98,13 +104,15 @@ impl Conn for UnixConn {
 }
 pub type Stream = Box<dyn Conn>;
 
-/// A client's connection to the node on its machine: the Unix socket, and
-/// the pipe its puts' payloads take ([`splice`]).
+/// A client's connection to the node on its machine: the Unix socket, the
+/// pipe its puts' payloads take ([`splice`]), and the blocks the node
+/// peeked for it.
 struct Local {
     socket: UnixConn,
     /// `None` where this process could not make one (out of descriptors,
     /// say): its puts go through the socket.
     pipe: Option<PipeWriter>,
+    peeks: Peeks,
 }
 
 impl Conn for Local {
@@ -114,6 +122,42 @@ impl Conn for Local {
 
     fn pipe(&self) -> Option<&PipeWriter> {
         self.pipe.as_ref()
+    }
+
+    fn peeks(&mut self) -> Option<&mut Peeks> {
+        Some(&mut self.peeks)
+    }
+}
+
+/// A block the node peeked ([`wire::Peek`]) and its file.
+struct Peeked {
+    matrix: Uuid,
+    peek: wire::Peek,
+    file: std::fs::File,
+}
+
+/// The blocks a connection's node peeked, the latest of each matrix it
+/// reads along a line, for at most [`PEEKED_MATRICES`] matrices (as the
+/// node follows as many lines per connection).
+#[derive(Default)]
+pub struct Peeks(Vec<Peeked>);
+
+const PEEKED_MATRICES: usize = 4;
+
+impl Peeks {
+    /// Takes `matrix`'s peeked block: it if it is block (`i`, `j`); in any
+    /// case the get that follows brings the next one.
+    fn take(&mut self, matrix: Uuid, i: u32, j: u32) -> Option<Peeked> {
+        let at = self.0.iter().position(|p| p.matrix == matrix)?;
+        Some(self.0.remove(at)).filter(|p| (p.peek.i, p.peek.j) == (i, j))
+    }
+
+    fn put(&mut self, peeked: Peeked) {
+        self.0.retain(|p| p.matrix != peeked.matrix);
+        if self.0.len() == PEEKED_MATRICES {
+            self.0.remove(0);
+        }
+        self.0.push(peeked);
     }
 }
 
@@ -158,6 +202,27 @@ pub(crate) struct DataPlane {
     /// (a sandbox that forbids it, say): new connections make no pipe, and
     /// their puts go through the socket.
     no_pipes: std::sync::atomic::AtomicBool,
+    peeked: PeekCounts,
+}
+
+/// How the gets of peeked blocks ([`wire::Peek`]) went: read while the
+/// node took the lock and kept (the version locked had the stamp read), or
+/// read again from the reply's file.
+#[derive(Debug, Default)]
+struct PeekCounts {
+    kept: std::sync::atomic::AtomicU64,
+    read_again: std::sync::atomic::AtomicU64,
+}
+
+/// Gets of blocks the node had peeked, by how they went (see
+/// [`wire::Peek`]); for tests and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeekedGets {
+    /// The block read while its lock was taken was the version locked.
+    pub kept: u64,
+    /// It was not (replaced since the peek, or unreadable): the block
+    /// was read again from the file the reply passed.
+    pub read_again: u64,
 }
 
 impl DataPlane {
@@ -169,6 +234,7 @@ impl DataPlane {
             hello: wire::encode_hello(token.unwrap_or("").as_bytes()),
             idle: Mutex::new(Vec::new()),
             no_pipes: Default::default(),
+            peeked: PeekCounts::default(),
         };
         let first = plane.open().await?;
         plane.give_back(first);
@@ -178,8 +244,13 @@ impl DataPlane {
     /// Another set of connections to the same data plane, whose puts go
     /// through the socket rather than a pipe (to compare the two).
     pub(crate) async fn without_pipes(&self) -> Result<DataPlane> {
-        let plane =
-            DataPlane { target: self.target.clone(), hello: self.hello.clone(), idle: Mutex::new(Vec::new()), no_pipes: true.into() };
+        let plane = DataPlane {
+            target: self.target.clone(),
+            hello: self.hello.clone(),
+            idle: Mutex::new(Vec::new()),
+            no_pipes: true.into(),
+            peeked: PeekCounts::default(),
+        };
         let first = plane.open().await?;
         plane.give_back(first);
         Ok(plane)
@@ -202,7 +273,7 @@ impl DataPlane {
                 size_buffers(&socket);
                 self.hello(&mut socket).await?;
                 let pipe = self.give_pipe(&mut socket).await?;
-                Ok(Box::new(Local { socket, pipe }))
+                Ok(Box::new(Local { socket, pipe, peeks: Peeks::default() }))
             }
         }
     }
@@ -294,23 +365,118 @@ impl DataPlane {
             (true, false) => Op::GetLocal,
             (true, true) => Op::GetLocalForUpdate,
         };
-        let req = Request { op, action, matrix, i, j, rows: 0, cols: 0, checksum: 0 };
         let mut s = self.checkout().await?;
-        let answer = if local { self.get_local_on(&mut s, &req).await? } else { self.get_on(&mut s, &req).await? };
+        let answer = if local {
+            self.get_local_on(&mut s, op, action, BlockName { matrix, i, j }).await?
+        } else {
+            self.get_on(&mut s, &Request::get(op, action, matrix, i, j, 0)).await?
+        };
         self.give_back(s);
         answer
     }
 
     /// A local get: the reply carries the version file's descriptor and
-    /// the block header; the payload is read from the file here.
-    async fn get_local_on(&self, s: &mut Stream, req: &Request) -> Result<Result<BlockData>> {
-        let what = || format!("block ({}, {}) of {}", req.i, req.j, req.matrix);
+    /// the block header; the payload is read from the file here. A block
+    /// the node peeked ([`wire::Peek`]) is read while the node takes its
+    /// lock, and kept if the version locked has the write stamp read.
+    async fn get_local_on(&self, s: &mut Stream, op: Op, action: u64, name: BlockName) -> Result<Result<BlockData>> {
+        let BlockName { matrix, i, j } = name;
+        let what = || name.to_string();
+        let peeked = match s.peeks() {
+            Some(peeks) if op == Op::GetLocal && wire::shape_only(action) => peeks.take(matrix, i, j),
+            _ => None,
+        };
+        let flags = if peeked.is_some() { wire::STAMP_WANTED } else { 0 };
+        let req = Request::get(op, action, matrix, i, j, flags);
         s.write_all(&req.encode()).await.map_err(|e| self.unavailable(format!("sending a get: {e}")))?;
-        let (entry, file) = match self.recv_files(s, 1, &what).await? {
-            Ok(mut files) => files.pop().expect("one file, as checked"),
+        // Anything wrong with the peeked file (replaced, reused, cut) only
+        // means it is not the block: the reply's file is read instead.
+        let early = peeked
+            .filter(|p| p.peek.entry.header.payload_len() <= INLINE_READ)
+            .and_then(|p| read_version_file(&p.file, p.peek.entry.header, p.peek.entry.cached, action, name).ok())
+            .filter(|&(_, stamp)| stamp != 0);
+        let (entry, file, next) = match self.recv_one_file(s, &what).await? {
+            Ok(answer) => answer,
             Err(e) => return Ok(Err(e)),
         };
-        Ok(read_block_file(file, entry, req.action, BlockName { matrix: req.matrix, i: req.i, j: req.j }).await)
+        if let (Some((peek, file)), Some(peeks)) = (next, s.peeks()) {
+            peeks.put(Peeked { matrix, peek, file });
+        }
+        let tried = flags != 0;
+        let count = |c: &std::sync::atomic::AtomicU64| c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match early {
+            Some((block, stamp)) if stamp == entry.stamp => {
+                count(&self.peeked.kept);
+                Ok(Ok(block))
+            }
+            _ => {
+                if tried {
+                    count(&self.peeked.read_again);
+                }
+                Ok(read_block_file(file, entry, action, name).await)
+            }
+        }
+    }
+
+    /// How the gets of peeked blocks went so far.
+    pub(crate) fn peeked_gets(&self) -> PeekedGets {
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        PeekedGets { kept: load(&self.peeked.kept), read_again: load(&self.peeked.read_again) }
+    }
+
+    /// Reads a local get's reply head and the descriptors that came with
+    /// it, polling for it first (`LOCAL_REPLY_POLL`); a failed reply's
+    /// error is read whole. `Err`: the connection is out of step.
+    async fn recv_local_head(
+        &self,
+        s: &mut Stream,
+        what: &(dyn Fn() -> String + Sync),
+    ) -> Result<Result<(Reply, Vec<std::os::fd::OwnedFd>)>> {
+        let unix = s.unix().ok_or_else(|| self.unavailable("a local get over TCP".into()))?;
+        let mut head = [0u8; REPLY_LEN];
+        let read = |e: std::io::Error| self.unavailable(format!("reading {}: {e}", what()));
+        let fds = fdpass::recv_with_fds(unix, &mut head, LOCAL_REPLY_POLL).await.map_err(read)?;
+        let reply = Reply::decode(&head).map_err(|e| self.unavailable(e.to_string()))?;
+        if !reply.ok {
+            return Ok(Err(self.read_error(s, reply.len).await?));
+        }
+        Ok(Ok((reply, fds)))
+    }
+
+    /// Reads the reply to a local get of one block: its header and file,
+    /// and the block the node peeked, if it did. `Err`: the connection is
+    /// out of step; `Ok`: the node's answer.
+    async fn recv_one_file(
+        &self,
+        s: &mut Stream,
+        what: &(dyn Fn() -> String + Sync),
+    ) -> Result<Result<(LocalEntry, std::fs::File, Option<(wire::Peek, std::fs::File)>)>> {
+        let read = |e: std::io::Error| self.unavailable(format!("reading {}: {e}", what()));
+        let (reply, fds) = match self.recv_local_head(s, what).await? {
+            Ok(got) => got,
+            Err(e) => return Ok(Err(e)),
+        };
+        let with_peek = (HEADER_LEN + wire::PEEK_LEN) as u64;
+        let shape_ok = matches!((reply.len, fds.len()), (l, 1) if l == HEADER_LEN as u64) || (reply.len, fds.len()) == (with_peek, 2);
+        if !shape_ok {
+            return Err(self.unavailable(format!(
+                "{}: a local get of one block answered with {} bytes and {} files",
+                what(),
+                reply.len,
+                fds.len()
+            )));
+        }
+        let mut body = vec![0u8; reply.len as usize];
+        s.read_exact(&mut body).await.map_err(read)?;
+        let bad = || self.unavailable(format!("{}: a local get answered with a bad block header", what()));
+        let entry = LocalEntry::decode(&body[..HEADER_LEN]).ok_or_else(bad)?;
+        let mut fds = fds.into_iter().map(std::fs::File::from);
+        let file = fds.next().expect("one file, as checked");
+        let peek = match fds.next() {
+            Some(f) => Some((wire::Peek::decode(&body[HEADER_LEN..]).ok_or_else(bad)?, f)),
+            None => None,
+        };
+        Ok(Ok((entry, file, peek)))
     }
 
     /// Gets blocks of `matrix` in order, under read (`for_update`: write)
@@ -423,24 +589,6 @@ impl DataPlane {
         })
     }
 
-    /// Reads the reply to a local get of `n` blocks: their headers and
-    /// files. `Err`: the connection is out of step; `Ok`: the node's answer.
-    async fn recv_files(
-        &self,
-        s: &mut Stream,
-        n: usize,
-        what: &(dyn Fn() -> String + Sync),
-    ) -> Result<Result<Vec<(LocalEntry, std::fs::File)>>> {
-        let mut files = Vec::with_capacity(n);
-        while files.len() < n {
-            match self.recv_some_files(s, n - files.len(), what).await? {
-                Ok(some) => files.extend(some),
-                Err(e) => return Ok(Err(e)),
-            }
-        }
-        Ok(Ok(files))
-    }
-
     /// Reads one reply of a local get with at most `left` blocks still to
     /// come: some of them, in order, or the node's error, which ends the
     /// get (a get of many is answered in groups, `store::dataplane`).
@@ -450,14 +598,11 @@ impl DataPlane {
         left: usize,
         what: &(dyn Fn() -> String + Sync),
     ) -> Result<Result<Vec<(LocalEntry, std::fs::File)>>> {
-        let unix = s.unix().ok_or_else(|| self.unavailable("a local get over TCP".into()))?;
-        let mut head = [0u8; REPLY_LEN];
         let read = |e: std::io::Error| self.unavailable(format!("reading {}: {e}", what()));
-        let fds = fdpass::recv_with_fds(unix, &mut head, LOCAL_REPLY_POLL).await.map_err(read)?;
-        let reply = Reply::decode(&head).map_err(|e| self.unavailable(e.to_string()))?;
-        if !reply.ok {
-            return Ok(Err(self.read_error(s, reply.len).await?));
-        }
+        let (reply, fds) = match self.recv_local_head(s, what).await? {
+            Ok(got) => got,
+            Err(e) => return Ok(Err(e)),
+        };
         let k = fds.len();
         if k == 0 || k > left || reply.len != (k * HEADER_LEN) as u64 {
             return Err(self.unavailable(format!(
@@ -504,7 +649,7 @@ impl DataPlane {
         let checksum = block::checksum(payload);
         let mut s = self.checkout().await?;
         let op = if s.pipe().is_some() { Op::PutSpliced } else { Op::Put };
-        let req = Request { op, action, matrix, i, j, rows: block.rows as u32, cols: block.cols as u32, checksum };
+        let req = Request { op, action, matrix, i, j, rows: block.rows as u32, cols: block.cols as u32, checksum, flags: 0 };
         let answer = self.put_on(&mut s, &req, payload).await?;
         self.give_back(s);
         answer
@@ -581,7 +726,7 @@ impl std::fmt::Display for BlockName {
 /// warm gets 0.68, 0.64, 0.63 of raw through the pool, 0.71, 0.69, 0.77
 /// lending the worker; b = 2048 within the spread (0.87–0.92, 0.86–0.96).
 async fn read_block_file(file: std::fs::File, entry: LocalEntry, action: u64, name: BlockName) -> Result<BlockData> {
-    let read = move |file: &std::fs::File| read_version_file(file, entry.header, entry.cached, action, name);
+    let read = move |file: &std::fs::File| read_version_file(file, entry.header, entry.cached, action, name).map(|(block, _)| block);
     if entry.header.payload_len() <= INLINE_READ {
         return read(&file);
     }
@@ -598,7 +743,8 @@ async fn read_block_file(file: std::fs::File, entry: LocalEntry, action: u64, na
 /// `preadv` that may not wait, then the rest piece by piece. The file's
 /// header must be a block header of the shape `sent` gives, and the payload
 /// must match the checksum of the file's header under an action
-/// (`wire::shape_only`), else `sent`'s.
+/// (`wire::shape_only`), else `sent`'s. Also answers the write stamp in
+/// the file's header.
 ///
 /// A file not in the page cache is read as readahead reads it fastest: its
 /// header alone, then the payload in pieces. Cold 8 MiB files on this VM's
@@ -606,7 +752,13 @@ async fn read_block_file(file: std::fs::File, entry: LocalEntry, action: u64, na
 /// header and the first piece in one read, 2.0–2.2 when that read may not
 /// wait and fails (it starts readahead of its whole length), 1.4–1.7 in
 /// one read of the whole file.
-fn read_version_file(file: &std::fs::File, sent: block::BlockHeader, cached: bool, action: u64, name: BlockName) -> Result<BlockData> {
+fn read_version_file(
+    file: &std::fs::File,
+    sent: block::BlockHeader,
+    cached: bool,
+    action: u64,
+    name: BlockName,
+) -> Result<(BlockData, u64)> {
     use std::os::fd::AsRawFd;
     let values = sent.rows as usize * sent.cols as usize;
     let len = values * 8;
@@ -675,7 +827,8 @@ fn read_version_file(file: &std::fs::File, sent: block::BlockHeader, cached: boo
     }
     // SAFETY: `preadv` wrote all `len` bytes, and any bit pattern is an f64.
     unsafe { data.set_len(values) };
-    Ok(BlockData { rows: sent.rows as usize, cols: sent.cols as usize, data })
+    let stamp = block::stamp(&head).expect("a header, as checked");
+    Ok((BlockData { rows: sent.rows as usize, cols: sent.cols as usize, data }, stamp))
 }
 
 /// A version file's header, checked against the header the node sent: a
@@ -716,9 +869,9 @@ mod tests {
     }
 
     fn read(f: &std::fs::File, sent: BlockHeader, action: u64) -> Result<BlockData> {
-        let whole = read_version_file(f, sent, true, action, NAME);
+        let whole = read_version_file(f, sent, true, action, NAME).map(|(block, _)| block);
         // Read as a file not cached, the same.
-        let from_disk = read_version_file(f, sent, false, action, NAME);
+        let from_disk = read_version_file(f, sent, false, action, NAME).map(|(block, _)| block);
         assert_eq!(format!("{whole:?}"), format!("{from_disk:?}"));
         whole
     }
@@ -740,6 +893,9 @@ mod tests {
         let got = read(&f, shape, UNDER_ACTION).unwrap();
         assert_eq!((got.rows, got.cols), (300, 400));
         assert_eq!(got.data, data);
+        // The file's write stamp comes with it (what a peeked block is
+        // kept by).
+        assert_eq!(read_version_file(&f, shape, true, UNDER_ACTION, NAME).unwrap().1, 99);
         // Without one: the checksum is the one the node sent, and a file
         // whose own header and payload agree but differ from it (reused
         // for another block) fails.
@@ -753,6 +909,35 @@ mod tests {
         // SAFETY: a plain syscall on a descriptor this test owns.
         unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         assert_eq!(read(&f, shape, UNDER_ACTION).unwrap().data, data);
+    }
+
+    #[test]
+    fn a_peeked_block_is_taken_once_by_its_get_and_one_is_kept_per_matrix() {
+        let peeked = |matrix: Uuid, j: u32| {
+            let entry = LocalEntry { header: BlockHeader { rows: 1, cols: 1, checksum: 0 }, cached: true, stamp: 0 };
+            Peeked { matrix, peek: wire::Peek { i: 0, j, entry }, file: tempfile::tempfile().unwrap() }
+        };
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut peeks = Peeks::default();
+        peeks.put(peeked(a, 2));
+        peeks.put(peeked(b, 7));
+        assert!(peeks.take(a, 0, 3).is_none(), "another block of a");
+        assert!(peeks.take(a, 0, 2).is_none(), "a's peek went with the get of another block");
+        assert_eq!(peeks.take(b, 0, 7).map(|p| p.peek.j), Some(7));
+        assert!(peeks.take(b, 0, 7).is_none(), "taken once");
+        // A newer peek of a matrix replaces its older one.
+        peeks.put(peeked(a, 4));
+        peeks.put(peeked(a, 5));
+        assert_eq!(peeks.0.len(), 1);
+        assert_eq!(peeks.take(a, 0, 5).map(|p| p.peek.j), Some(5));
+        // At most four matrices; the oldest goes.
+        let ms: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
+        for &m in &ms {
+            peeks.put(peeked(m, 1));
+        }
+        assert_eq!(peeks.0.len(), PEEKED_MATRICES);
+        assert!(peeks.take(ms[0], 0, 1).is_none());
+        assert!(peeks.take(ms[4], 0, 1).is_some());
     }
 
     #[test]
