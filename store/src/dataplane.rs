@@ -132,15 +132,22 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     Ok(opened) => {
                         let (header, file) = &opened.files[0];
                         let mut entry = wire::LocalEntry { header: *header, cached: opened.cached, stamp: 0 };
-                        if req.flags & wire::STAMP_WANTED != 0 {
+                        let flags = wire::LocalGetFlags::decode(req.flags);
+                        if flags.stamp_wanted {
                             entry.stamp = node.block_stamp(file).unwrap_or(0);
                         }
                         let bytes = header.payload_len() as u64;
                         let hints = readahead.after_get(key.matrix, (key.i, key.j), bytes, opened.cold);
                         // Only a reader under locks can tell a peeked
-                        // version from the one it locks (`wire::Peek`).
+                        // version from the one it locks (`wire::Peek`),
+                        // and only one on another CPU reads it beside
+                        // the node (`wire::LocalGetFlags`).
+                        let apart = flags.client_cpu.is_none_or(|c| store_client::dataplane::current_cpu() != Some(c))
+                            || node.peeks_on_the_readers_cpu();
                         let peeked = match action {
-                            Some(a) if req.op == Op::GetLocal && wire::shape_only(a.0) => peek(node, &readahead, key.matrix, bytes).await,
+                            Some(a) if req.op == Op::GetLocal && wire::shape_only(a.0) && apart => {
+                                peek(node, &readahead, key.matrix, bytes).await
+                            }
                             _ => None,
                         };
                         send_local(unix, &[entry], &[file.as_fd()], peeked.as_ref()).await?;

@@ -44,6 +44,11 @@ pub struct NodeConfig {
     /// window is microseconds wide on an idle machine and milliseconds on
     /// a loaded one; tests widen it to check what readers see inside it.
     pub hold_after_batch: Duration,
+    /// Test hook (with `test_hooks`): the data plane peeks the block
+    /// ahead of a reader (`wire::Peek`) even when the node runs on the
+    /// reader's CPU, so that tests of peeks do not depend on where the
+    /// kernel places the node.
+    pub peek_on_the_readers_cpu: bool,
 }
 
 impl Default for NodeConfig {
@@ -56,6 +61,7 @@ impl Default for NodeConfig {
             crash_after_batch: false,
             fail_sync_and_undo: false,
             hold_after_batch: Duration::ZERO,
+            peek_on_the_readers_cpu: false,
         }
     }
 }
@@ -167,6 +173,12 @@ impl Node {
             bag_signals: HashMap::new(),
         };
         Node { db, core: Mutex::new(core), matrices: RwLock::new(matrices), config }
+    }
+
+    /// Whether the data plane peeks for a reader on the node's own CPU
+    /// (`NodeConfig::peek_on_the_readers_cpu`).
+    pub(crate) fn peeks_on_the_readers_cpu(&self) -> bool {
+        self.config.test_hooks && self.config.peek_on_the_readers_cpu
     }
 
     pub(crate) fn core(&self) -> MutexGuard<'_, Core> {

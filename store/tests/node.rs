@@ -1009,7 +1009,11 @@ async fn cold_gets_along_a_row_start_reading_the_blocks_ahead() {
 /// A node with a row of `n` committed 64×64 blocks (block j filled from
 /// seed j), and a session.
 async fn a_row_of_blocks(n: u32, lock_timeout: Duration) -> (Node, store_client::MatrixInfo, store_client::Session) {
-    let node = node_with(|c| c.node.lock_timeout = lock_timeout).await;
+    let node = node_with(|c| {
+        c.node.lock_timeout = lock_timeout;
+        c.node.peek_on_the_readers_cpu = true;
+    })
+    .await;
     let m = node.client.create_matrix("R", 64, 64 * n as u64, 64).await.unwrap();
     let s = node.client.open_session("reader").await.unwrap();
     let a = s.begin().await.unwrap();

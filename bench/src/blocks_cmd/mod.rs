@@ -244,6 +244,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         // ---- warm gets: chunks alternating, as the puts ----
         // Bring both sides fully into the page cache first.
         raw::read(&raw_path, b as usize, 0..k)?;
+        let peeks_before = client.peeked_gets();
         let all = Reads { matrix: m_id, b, blocks: 0..k, batch };
         on_worker(&rt, store_read(std::sync::Arc::new(rt.block_on(session.begin())?), all.clone()))?;
         let mut warm = Sides::new();
@@ -272,11 +273,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             finish(&rt, action)?;
             warm.end_pass();
         }
-        let mut gets = vec![("warm", warm)];
+        // How the one-by-one gets' peeked blocks went (`wire::Peek`).
+        let peeks_since = |before: store_client::dataplane::PeekedGets| {
+            let now = client.peeked_gets();
+            json!({"kept": now.kept - before.kept, "read_again": now.read_again - before.read_again})
+        };
+        let mut gets = vec![("warm", warm, peeks_since(peeks_before))];
 
         // ---- cold gets: whole passes after drop_caches (a chunk could not
         // be made cold without dropping the other side's cache too) ----
         if cold {
+            let peeks_before = client.peeked_gets();
             let mut g = Sides::new();
             for _ in 0..reps {
                 drop_caches()?;
@@ -293,7 +300,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             if batch == 1 {
                 g.best[GET_ONE] = g.best[GET_BATCHED];
             }
-            gets.push(("cold", g));
+            gets.push(("cold", g, peeks_since(peeks_before)));
         }
         drop(session);
         drop(client);
@@ -337,7 +344,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             extra.push(("what", json!(what)));
             figure("blocks.put_ratio", sides, PUT_STORE, TARGET_PUT, common(extra));
         }
-        for (cache, g) in &gets {
+        for (cache, g, peeks) in &gets {
             let source = if *cache == "warm" {
                 "both from the page cache (store: block version files)"
             } else {
@@ -350,6 +357,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     ("store_mib_s", json!(r1(rate(g.best[side])))),
                     ("raw_mib_s", json!(r1(rate(g.best[RAW])))),
                 ];
+                if side == GET_ONE {
+                    extra.push(("peeked", peeks.clone()));
+                }
                 extra.push(("what", json!(source)));
                 figure(name, g, side, TARGET_GET, common(extra));
             }

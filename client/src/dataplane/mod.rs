@@ -386,8 +386,8 @@ impl DataPlane {
             Some(peeks) if op == Op::GetLocal && wire::shape_only(action) => peeks.take(matrix, i, j),
             _ => None,
         };
-        let flags = if peeked.is_some() { wire::STAMP_WANTED } else { 0 };
-        let req = Request::get(op, action, matrix, i, j, flags);
+        let flags = wire::LocalGetFlags { stamp_wanted: peeked.is_some(), client_cpu: current_cpu() };
+        let req = Request::get(op, action, matrix, i, j, flags.encode());
         s.write_all(&req.encode()).await.map_err(|e| self.unavailable(format!("sending a get: {e}")))?;
         // Anything wrong with the peeked file (replaced, reused, cut) only
         // means it is not the block: the reply's file is read instead.
@@ -402,7 +402,7 @@ impl DataPlane {
         if let (Some((peek, file)), Some(peeks)) = (next, s.peeks()) {
             peeks.put(Peeked { matrix, peek, file });
         }
-        let tried = flags != 0;
+        let tried = flags.stamp_wanted;
         let count = |c: &std::sync::atomic::AtomicU64| c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match early {
             Some((block, stamp)) if stamp == entry.stamp => {
@@ -701,6 +701,14 @@ impl DataPlane {
             Err(e) => Ok(Err(e)),
         }
     }
+}
+
+/// The CPU this thread runs on, if the kernel says (and it fits the
+/// wire's 16 bits).
+pub fn current_cpu() -> Option<u16> {
+    // SAFETY: a plain call with no arguments.
+    let cpu = unsafe { libc::sched_getcpu() };
+    u16::try_from(cpu).ok().filter(|&c| c < u16::MAX)
 }
 
 /// A block in errors, formatted only when one is made.

@@ -11,7 +11,8 @@
 //! hello   "FTBH" | version u16 | token_len u16 | token
 //! request "FTBQ" | op u8 | 0 0 0 | action u64 | matrix [16] | i u32 | j u32
 //!                | rows u32 | cols u32 | checksum u32 | flags u32      (56 bytes)
-//!         flags: [`STAMP_WANTED`] on a local get of one block; else 0
+//!         flags: on a local get of one block, [`STAMP_WANTED`] and the
+//!         client's CPU ([`LocalGetFlags`]); else 0
 //!         put: then rows·cols·8 payload bytes
 //!         spliced put: the same request, its payload through the
 //!         connection's pipe instead (Unix socket only; see [`super::splice`])
@@ -84,6 +85,29 @@ pub const MAX_MANY: u32 = 64;
 /// locked ([`LocalEntry::stamp`]), so that a client that read a [`Peek`]ed
 /// file can tell whether it read that version.
 pub const STAMP_WANTED: u32 = 1;
+
+/// The flags of a local get of one block: bit 0 [`STAMP_WANTED`], bits
+/// 16..32 the CPU the client sent it from, plus one (0: not known). A node
+/// that finds itself on the client's CPU peeks nothing: the client's read
+/// of a peeked block could only run after the node's side, not beside it
+/// (a kernel that packs a woken thread onto its waker's CPU does that),
+/// and the peek's open would be work for nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LocalGetFlags {
+    pub stamp_wanted: bool,
+    pub client_cpu: Option<u16>,
+}
+
+impl LocalGetFlags {
+    pub fn encode(self) -> u32 {
+        let cpu = self.client_cpu.map_or(0, |c| c as u32 + 1) & 0xffff;
+        (cpu << 16) | self.stamp_wanted as u32
+    }
+
+    pub fn decode(flags: u32) -> LocalGetFlags {
+        LocalGetFlags { stamp_wanted: flags & STAMP_WANTED != 0, client_cpu: (flags >> 16).checked_sub(1).map(|c| c as u16) }
+    }
+}
 /// Blocks up to this many payload bytes are peeked ([`Peek`]). A larger
 /// one takes long enough to read that the round trip of its get is a small
 /// part of it (b = 1024: 8 MiB, about 0.6 ms from the page cache).
@@ -185,7 +209,7 @@ pub struct Request {
     pub rows: u32,
     pub cols: u32,
     pub checksum: u32,
-    /// [`STAMP_WANTED`] or 0.
+    /// A local get of one block's [`LocalGetFlags`]; else 0.
     pub flags: u32,
 }
 
@@ -442,8 +466,16 @@ mod tests {
     fn requests_and_replies_round_trip() {
         let r = Request { op: Op::Put, action: 7, matrix: Uuid::new_v4(), i: 3, j: 9, rows: 5, cols: 2, checksum: 0xdead_beef, flags: 0 };
         assert_eq!(Request::decode(&r.encode()), Ok(r));
-        let r = Request::get(Op::GetLocal, 9, Uuid::new_v4(), 4, 5, STAMP_WANTED);
-        assert_eq!(Request::decode(&r.encode()), Ok(r));
+        for f in [
+            LocalGetFlags { stamp_wanted: true, client_cpu: None },
+            LocalGetFlags { stamp_wanted: false, client_cpu: Some(0) },
+            LocalGetFlags { stamp_wanted: true, client_cpu: Some(u16::MAX - 1) },
+        ] {
+            let r = Request::get(Op::GetLocal, 9, Uuid::new_v4(), 4, 5, f.encode());
+            assert_eq!(Request::decode(&r.encode()), Ok(r));
+            assert_eq!(LocalGetFlags::decode(r.flags), f);
+        }
+        assert_eq!(LocalGetFlags::decode(0), LocalGetFlags::default());
         for m in Method::ALL {
             assert_eq!(Method::from_u32(m as u32), Some(m));
         }
