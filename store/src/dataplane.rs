@@ -128,33 +128,8 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
                     send_error(&mut s, &e).await?;
                     continue;
                 };
-                match open_local(node, action, key.matrix, &[(key.i, key.j)], mode).await {
-                    Ok(opened) => {
-                        let (header, file) = &opened.files[0];
-                        let mut entry = wire::LocalEntry { header: *header, cached: opened.cached, stamp: 0 };
-                        let flags = wire::LocalGetFlags::decode(req.flags);
-                        if flags.stamp_wanted {
-                            entry.stamp = node.block_stamp(file).unwrap_or(0);
-                        }
-                        let bytes = header.payload_len() as u64;
-                        let hints = readahead.after_get(key.matrix, (key.i, key.j), bytes, opened.cold);
-                        // Only a reader under locks can tell a peeked
-                        // version from the one it locks (`wire::Peek`),
-                        // and only one on another CPU reads it beside
-                        // the node (`wire::LocalGetFlags`).
-                        let apart = flags.client_cpu.is_none_or(|c| store_client::dataplane::current_cpu() != Some(c))
-                            || node.peeks_on_the_readers_cpu();
-                        let peeked = match action {
-                            Some(a) if req.op == Op::GetLocal && wire::shape_only(a.0) && apart => {
-                                peek(node, &readahead, key.matrix, bytes).await
-                            }
-                            _ => None,
-                        };
-                        send_local(unix, &[entry], &[file.as_fd()], peeked.as_ref()).await?;
-                        read_ahead(node, key.matrix, hints).await;
-                    }
-                    Err(e) => send_error(&mut s, &e).await?,
-                }
+                let Err(e) = get_local_one(node, unix, &mut readahead, &req, action, mode).await? else { continue };
+                send_error(&mut s, &e).await?;
             }
             Op::GetLocalMany | Op::GetMany => {
                 if req.rows == 0 || req.rows > wire::MAX_MANY || req.cols > 1 {
@@ -259,6 +234,42 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
             }
         }
     }
+}
+
+/// Answers a local get of one block (`req`): its file, and the next
+/// block on the connection's line if it peeks one ([`peek`]); then the
+/// read hints its `readahead` calls for. `Ok(Err)`: the node's answer is
+/// this error, not yet sent.
+async fn get_local_one(
+    node: &Arc<Node>,
+    unix: &UnixConn,
+    readahead: &mut Readahead,
+    req: &Request,
+    action: Option<ActionId>,
+    mode: LockMode,
+) -> std::io::Result<Result<(), StoreError>> {
+    let key = BlockKey { matrix: req.matrix, i: req.i, j: req.j };
+    let opened = match open_local(node, action, key.matrix, &[(key.i, key.j)], mode).await {
+        Ok(opened) => opened,
+        Err(e) => return Ok(Err(e)),
+    };
+    let (header, file) = &opened.files[0];
+    let flags = wire::LocalGetFlags::decode(req.flags);
+    let mut entry = wire::LocalEntry { header: *header, cached: opened.cached, stamp: 0 };
+    if flags.stamp_wanted {
+        entry.stamp = node.block_stamp(file).unwrap_or(0);
+    }
+    let bytes = header.payload_len() as u64;
+    let hints = readahead.after_get(key.matrix, (key.i, key.j), bytes, opened.cold);
+    // Only a reader under locks can tell a peeked version from the one it
+    // locks (`wire::Peek`), and only one on another CPU reads it beside
+    // the node (`wire::LocalGetFlags`).
+    let under_lock = action.is_some_and(|a| wire::shape_only(a.0)) && req.op == Op::GetLocal;
+    let apart = flags.client_cpu.is_none_or(|c| store_client::dataplane::current_cpu() != Some(c)) || node.peeks_on_the_readers_cpu();
+    let peeked = if under_lock && apart { peek(node, readahead, key.matrix, bytes).await } else { None };
+    send_local(unix, &[entry], &[file.as_fd()], peeked.as_ref()).await?;
+    read_ahead(node, key.matrix, hints).await;
+    Ok(Ok(()))
 }
 
 /// After a local get of one block, once it is answered: starts reading

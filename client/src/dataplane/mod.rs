@@ -4,6 +4,7 @@
 //! written straight from the caller's; the checksum is checked on arrival.
 
 pub mod fdpass;
+mod peek;
 pub mod splice;
 pub mod unix_conn;
 pub mod wire;
@@ -20,6 +21,8 @@ use uuid::Uuid;
 use crate::block::{self, HEADER_LEN};
 use crate::client::BlockData;
 use crate::StoreError;
+pub use peek::{current_cpu, PeekedGets, Peeks};
+use peek::{PeekCounts, Peeked};
 use splice::PipeWriter;
 use unix_conn::UnixConn;
 use wire::{LocalEntry, Op, Reply, Request, REPLY_LEN};
@@ -129,38 +132,6 @@ impl Conn for Local {
     }
 }
 
-/// A block the node peeked ([`wire::Peek`]) and its file.
-struct Peeked {
-    matrix: Uuid,
-    peek: wire::Peek,
-    file: std::fs::File,
-}
-
-/// The blocks a connection's node peeked, the latest of each matrix it
-/// reads along a line, for at most [`PEEKED_MATRICES`] matrices (as the
-/// node follows as many lines per connection).
-#[derive(Default)]
-pub struct Peeks(Vec<Peeked>);
-
-const PEEKED_MATRICES: usize = 4;
-
-impl Peeks {
-    /// Takes `matrix`'s peeked block: it if it is block (`i`, `j`); in any
-    /// case the get that follows brings the next one.
-    fn take(&mut self, matrix: Uuid, i: u32, j: u32) -> Option<Peeked> {
-        let at = self.0.iter().position(|p| p.matrix == matrix)?;
-        Some(self.0.remove(at)).filter(|p| (p.peek.i, p.peek.j) == (i, j))
-    }
-
-    fn put(&mut self, peeked: Peeked) {
-        self.0.retain(|p| p.matrix != peeked.matrix);
-        if self.0.len() == PEEKED_MATRICES {
-            self.0.remove(0);
-        }
-        self.0.push(peeked);
-    }
-}
-
 impl AsyncRead for Local {
     fn poll_read(
         self: std::pin::Pin<&mut Self>,
@@ -203,26 +174,6 @@ pub(crate) struct DataPlane {
     /// their puts go through the socket.
     no_pipes: std::sync::atomic::AtomicBool,
     peeked: PeekCounts,
-}
-
-/// How the gets of peeked blocks ([`wire::Peek`]) went: read while the
-/// node took the lock and kept (the version locked had the stamp read), or
-/// read again from the reply's file.
-#[derive(Debug, Default)]
-struct PeekCounts {
-    kept: std::sync::atomic::AtomicU64,
-    read_again: std::sync::atomic::AtomicU64,
-}
-
-/// Gets of blocks the node had peeked, by how they went (see
-/// [`wire::Peek`]); for tests and benchmarks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PeekedGets {
-    /// The block read while its lock was taken was the version locked.
-    pub kept: u64,
-    /// It was not (replaced since the peek, or unreadable): the block
-    /// was read again from the file the reply passed.
-    pub read_again: u64,
 }
 
 impl DataPlane {
@@ -703,14 +654,6 @@ impl DataPlane {
     }
 }
 
-/// The CPU this thread runs on, if the kernel says (and it fits the
-/// wire's 16 bits).
-pub fn current_cpu() -> Option<u16> {
-    // SAFETY: a plain call with no arguments.
-    let cpu = unsafe { libc::sched_getcpu() };
-    u16::try_from(cpu).ok().filter(|&c| c < u16::MAX)
-}
-
 /// A block in errors, formatted only when one is made.
 #[derive(Clone, Copy)]
 struct BlockName {
@@ -917,35 +860,6 @@ mod tests {
         // SAFETY: a plain syscall on a descriptor this test owns.
         unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         assert_eq!(read(&f, shape, UNDER_ACTION).unwrap().data, data);
-    }
-
-    #[test]
-    fn a_peeked_block_is_taken_once_by_its_get_and_one_is_kept_per_matrix() {
-        let peeked = |matrix: Uuid, j: u32| {
-            let entry = LocalEntry { header: BlockHeader { rows: 1, cols: 1, checksum: 0 }, cached: true, stamp: 0 };
-            Peeked { matrix, peek: wire::Peek { i: 0, j, entry }, file: tempfile::tempfile().unwrap() }
-        };
-        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-        let mut peeks = Peeks::default();
-        peeks.put(peeked(a, 2));
-        peeks.put(peeked(b, 7));
-        assert!(peeks.take(a, 0, 3).is_none(), "another block of a");
-        assert!(peeks.take(a, 0, 2).is_none(), "a's peek went with the get of another block");
-        assert_eq!(peeks.take(b, 0, 7).map(|p| p.peek.j), Some(7));
-        assert!(peeks.take(b, 0, 7).is_none(), "taken once");
-        // A newer peek of a matrix replaces its older one.
-        peeks.put(peeked(a, 4));
-        peeks.put(peeked(a, 5));
-        assert_eq!(peeks.0.len(), 1);
-        assert_eq!(peeks.take(a, 0, 5).map(|p| p.peek.j), Some(5));
-        // At most four matrices; the oldest goes.
-        let ms: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
-        for &m in &ms {
-            peeks.put(peeked(m, 1));
-        }
-        assert_eq!(peeks.0.len(), PEEKED_MATRICES);
-        assert!(peeks.take(ms[0], 0, 1).is_none());
-        assert!(peeks.take(ms[4], 0, 1).is_some());
     }
 
     #[test]
