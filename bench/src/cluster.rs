@@ -238,10 +238,16 @@ impl Cluster {
     pub(crate) fn start(config: ClusterConfig) -> anyhow::Result<Cluster> {
         let bin = bin_dir()?;
         let base = match &config.base_dir {
-            Some(d) => d.clone(),
+            Some(d) => {
+                std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+                d.clone()
+            }
             None => default_base_dir()?,
         };
-        let dir = tempfile::Builder::new().prefix("cluster-").tempdir_in(&base)?;
+        let dir = tempfile::Builder::new()
+            .prefix("cluster-")
+            .tempdir_in(&base)
+            .with_context(|| format!("making the store node's data directory in {}", base.display()))?;
         let (store, addr) = start_store(&bin, dir.path(), "127.0.0.1:0", &config)?;
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
         let client = rt

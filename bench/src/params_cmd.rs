@@ -1184,6 +1184,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     if args.corun_only {
         return corun_into(&args);
     }
+    // A `--data` that cannot be made fails now, not after the kernel
+    // sweeps that come before the store is started.
+    if let Some(d) = &args.data {
+        std::fs::create_dir_all(d).with_context(|| format!("--data {}: creating it", d.display()))?;
+    }
     let started = Instant::now();
     let (kernel_sizes, min_secs, passes): (&[usize], f64, usize) = if args.quick {
         (&[16, 32, 64, 128, 192, 256, 384, 512], 0.05, 1)
