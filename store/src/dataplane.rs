@@ -265,8 +265,8 @@ async fn get_local_one(
     // locks (`wire::Peek`), and only one on another CPU reads it beside
     // the node (`wire::LocalGetFlags`).
     let under_lock = action.is_some_and(|a| wire::shape_only(a.0)) && req.op == Op::GetLocal;
-    let apart = flags.client_cpu.is_none_or(|c| store_client::dataplane::current_cpu() != Some(c)) || node.peeks_on_the_readers_cpu();
-    let peeked = if under_lock && apart { peek(node, readahead, key.matrix, bytes).await } else { None };
+    let apart = || flags.client_cpu.is_none_or(|c| store_client::dataplane::current_cpu() != Some(c)) || node.peeks_on_the_readers_cpu();
+    let peeked = if under_lock && apart() { peek(node, readahead, key.matrix, bytes).await } else { None };
     send_local(unix, &[entry], &[file.as_fd()], peeked.as_ref()).await?;
     read_ahead(node, key.matrix, hints).await;
     Ok(Ok(()))

@@ -1006,11 +1006,13 @@ async fn cold_gets_along_a_row_start_reading_the_blocks_ahead() {
     r.commit().await.unwrap();
 }
 
-/// A node with a row of `n` committed 64×64 blocks (block j filled from
-/// seed j), and a session.
-async fn a_row_of_blocks(n: u32, lock_timeout: Duration) -> (Node, store_client::MatrixInfo, store_client::Session) {
+/// A node that peeks whatever CPU it runs on, with a row of `n`
+/// committed 64×64 blocks (block j filled from seed j); a writer's
+/// session; and a reader's action that has read blocks (0, 0) and (0, 1),
+/// so that the node has peeked (0, 2) for it.
+async fn a_reader_two_blocks_along_a_row(n: u32) -> (Node, store_client::MatrixInfo, store_client::Session, store_client::Action) {
     let node = node_with(|c| {
-        c.node.lock_timeout = lock_timeout;
+        c.node.lock_timeout = Duration::from_secs(5);
         c.node.peek_on_the_readers_cpu = true;
     })
     .await;
@@ -1021,17 +1023,17 @@ async fn a_row_of_blocks(n: u32, lock_timeout: Duration) -> (Node, store_client:
         a.put_block(m.id, 0, j, block(64, 64, j as f64)).await.unwrap();
     }
     a.commit().await.unwrap();
-    (node, m, s)
-}
-
-#[tokio::test]
-async fn a_block_peeked_ahead_of_a_reader_and_replaced_before_its_get_is_read_as_replaced() {
-    let (n, m, s) = a_row_of_blocks(6, Duration::from_secs(5)).await;
-    let w = n.client.open_session("writer").await.unwrap();
+    let w = node.client.open_session("writer").await.unwrap();
     let r = s.begin().await.unwrap();
     for j in 0..2 {
         assert_eq!(r.get_block(m.id, 0, j).await.unwrap(), block(64, 64, j as f64));
     }
+    (node, m, w, r)
+}
+
+#[tokio::test]
+async fn a_block_peeked_ahead_of_a_reader_and_replaced_before_its_get_is_read_as_replaced() {
+    let (n, m, w, r) = a_reader_two_blocks_along_a_row(6).await;
     // The node has peeked (0, 2) for the reader, which holds no lock on
     // it yet: a writer replaces it.
     let b = w.begin().await.unwrap();
@@ -1049,12 +1051,7 @@ async fn a_block_peeked_ahead_of_a_reader_and_replaced_before_its_get_is_read_as
 
 #[tokio::test]
 async fn a_get_of_a_peeked_block_that_waits_for_a_writer_returns_what_the_writer_committed() {
-    let (n, m, s) = a_row_of_blocks(4, Duration::from_secs(5)).await;
-    let w = n.client.open_session("writer").await.unwrap();
-    let r = s.begin().await.unwrap();
-    for j in 0..2 {
-        r.get_block(m.id, 0, j).await.unwrap();
-    }
+    let (n, m, w, r) = a_reader_two_blocks_along_a_row(4).await;
     // A writer holds (0, 2) with a new version staged: the reader's get
     // reads the peeked (old) file, then waits for the lock.
     let b = w.begin().await.unwrap();

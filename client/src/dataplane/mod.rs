@@ -353,26 +353,22 @@ impl DataPlane {
         if let (Some((peek, file)), Some(peeks)) = (next, s.peeks()) {
             peeks.put(Peeked { matrix, peek, file });
         }
-        let tried = flags.stamp_wanted;
-        let count = |c: &std::sync::atomic::AtomicU64| c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        match early {
-            Some((block, stamp)) if stamp == entry.stamp => {
-                count(&self.peeked.kept);
-                Ok(Ok(block))
-            }
-            _ => {
-                if tried {
-                    count(&self.peeked.read_again);
-                }
-                Ok(read_block_file(file, entry, action, name).await)
-            }
+        let kept = match early {
+            Some((block, stamp)) if stamp == entry.stamp => Some(block),
+            _ => None,
+        };
+        if flags.stamp_wanted {
+            self.peeked.count(kept.is_some());
+        }
+        match kept {
+            Some(block) => Ok(Ok(block)),
+            None => Ok(read_block_file(file, entry, action, name).await),
         }
     }
 
     /// How the gets of peeked blocks went so far.
     pub(crate) fn peeked_gets(&self) -> PeekedGets {
-        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-        PeekedGets { kept: load(&self.peeked.kept), read_again: load(&self.peeked.read_again) }
+        self.peeked.snapshot()
     }
 
     /// Reads a local get's reply head and the descriptors that came with

@@ -2,6 +2,8 @@
 //! client's record of them per connection, and its counts of how their
 //! gets went.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use uuid::Uuid;
 
 use super::wire;
@@ -43,8 +45,20 @@ impl Peeks {
 /// read again from the reply's file.
 #[derive(Debug, Default)]
 pub(super) struct PeekCounts {
-    pub(super) kept: std::sync::atomic::AtomicU64,
-    pub(super) read_again: std::sync::atomic::AtomicU64,
+    kept: AtomicU64,
+    read_again: AtomicU64,
+}
+
+impl PeekCounts {
+    /// Counts a get of a peeked block: `kept` what it read early, or not.
+    pub(super) fn count(&self, kept: bool) {
+        let c = if kept { &self.kept } else { &self.read_again };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn snapshot(&self) -> PeekedGets {
+        PeekedGets { kept: self.kept.load(Ordering::Relaxed), read_again: self.read_again.load(Ordering::Relaxed) }
+    }
 }
 
 /// Gets of blocks the node had peeked, by how they went (see
