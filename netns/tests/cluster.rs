@@ -12,7 +12,6 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use netns::{Cluster, Rate, Spec};
@@ -98,17 +97,19 @@ fn expect_line(out: &mut BufReader<ChildStdout>) -> String {
     }
 }
 
-/// Tests that check a cluster's names are gone hold this exclusively, the
-/// others shared: a name freed by a drop is free for the next create, and
-/// a test running beside would take it at once.
-static NAMES: RwLock<()> = RwLock::new(());
-
-fn names_unchanged() -> RwLockReadGuard<'static, ()> {
-    NAMES.read().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn names_watched() -> RwLockWriteGuard<'static, ()> {
-    NAMES.write().unwrap_or_else(PoisonError::into_inner)
+/// How `child` ended; fails the test (killing it) if it runs 10 s more.
+fn exit_of(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("pid {} still runs", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 fn create(spec: Spec) -> Cluster {
@@ -120,22 +121,40 @@ fn net_ns_id(path: &str) -> (u64, u64) {
     (m.dev(), m.ino())
 }
 
-/// Everything `ip` shows: namespaces and links, one name per line.
-fn ip_names() -> String {
-    let run = |args: &[&str]| String::from_utf8(Command::new("ip").args(args).output().unwrap().stdout).unwrap();
-    run(&["netns", "list"]) + &run(&["-o", "link", "show"])
+/// A cluster's namespaces and links as nobody else's can be: the
+/// namespaces held open (so their inodes cannot be reused while we look)
+/// and the links' interface indices (allocated cyclically, not reused). A
+/// name alone would not do: once freed, a test running beside may take it.
+struct Identity {
+    namespaces: Vec<(String, std::fs::File)>,
+    links: Vec<(String, u32)>,
 }
 
-fn assert_gone(names: &[String]) {
-    let shown = ip_names();
-    for name in names {
-        let present = shown.split(|c: char| c.is_whitespace() || c == ':' || c == '@').any(|w| w == name);
-        assert!(!present, "{name} is still there:\n{shown}");
+impl Identity {
+    fn of(ns: &[String], links: &[String]) -> Identity {
+        let namespaces = ns.iter().map(|n| (n.clone(), std::fs::File::open(format!("/run/netns/{n}")).unwrap())).collect();
+        let index = |l: &String| std::fs::read_to_string(format!("/sys/class/net/{l}/ifindex")).unwrap().trim().parse().unwrap();
+        Identity { namespaces, links: links.iter().map(|l| (l.clone(), index(l))).collect() }
     }
-}
 
-fn names_of(c: &Cluster) -> Vec<String> {
-    (0..c.hosts()).flat_map(|h| [c.ns_name(h), c.link_name(h)]).chain([c.bridge_name()]).collect()
+    fn of_cluster(c: &Cluster) -> Identity {
+        let links: Vec<String> = (0..c.hosts()).map(|h| c.link_name(h)).chain([c.bridge_name()]).collect();
+        Identity::of(&(0..c.hosts()).map(|h| c.ns_name(h)).collect::<Vec<_>>(), &links)
+    }
+
+    fn assert_gone(&self) {
+        for (name, file) in &self.namespaces {
+            let held = file.metadata().unwrap();
+            if let Ok(now) = std::fs::metadata(format!("/run/netns/{name}")) {
+                assert!((now.dev(), now.ino()) != (held.dev(), held.ino()), "namespace {name} is still there");
+            }
+        }
+        let shown = String::from_utf8(Command::new("ip").args(["-o", "link", "show"]).output().unwrap().stdout).unwrap();
+        let indices: Vec<u32> = shown.lines().filter_map(|l| l.split(':').next()?.trim().parse().ok()).collect();
+        for (name, index) in &self.links {
+            assert!(!indices.contains(index), "link {name} (index {index}) is still there:\n{shown}");
+        }
+    }
 }
 
 #[test]
@@ -143,7 +162,6 @@ fn hosts_reach_each_other_at_the_shaped_rate() {
     if netns::skip_unless_root() {
         return;
     }
-    let _names = names_unchanged();
     let rate: Rate = "100mbit".parse().unwrap();
     let cluster = create(Spec::hosts(2).rate(rate));
     let (mut sink, mut out) = start_role(cluster.command(0, std::env::current_exe().unwrap()), "sink");
@@ -177,7 +195,7 @@ fn hosts_reach_each_other_at_the_shaped_rate() {
         .unwrap()
     });
     assert_eq!(answer.trim(), BYTES.to_string());
-    assert!(sink.wait().unwrap().success());
+    assert!(exit_of(&mut sink).success());
 
     let ideal = rate.time_for(BYTES as u64);
     let ratio = took.as_secs_f64() / ideal.as_secs_f64();
@@ -203,7 +221,6 @@ fn cut_link_stalls_silently_and_restore_resumes() {
     if netns::skip_unless_root() {
         return;
     }
-    let _names = names_unchanged();
     let cluster = create(Spec::hosts(2));
     let (mut echo, mut out) = start_role(cluster.command(0, std::env::current_exe().unwrap()), "echo");
     assert_eq!(expect_line(&mut out), "ready");
@@ -247,7 +264,7 @@ fn cut_link_stalls_silently_and_restore_resumes() {
         .unwrap()
     });
     // The connection was never dropped: the echo server saw its end.
-    assert!(echo.wait().unwrap().success());
+    assert!(exit_of(&mut echo).success());
 }
 
 #[test]
@@ -255,15 +272,14 @@ fn drop_removes_everything_and_kills_what_ran_inside() {
     if netns::skip_unless_root() {
         return;
     }
-    let _names = names_watched();
     let cluster = create(Spec::hosts(2).rate("1gbit".parse().unwrap()));
-    let names = names_of(&cluster);
+    let identity = Identity::of_cluster(&cluster);
     let mut sleeper = cluster.command(1, "sleep").arg("1000").spawn().unwrap();
     let started = Instant::now();
     drop(cluster);
     println!("teardown took {:?}", started.elapsed());
-    assert_eq!(sleeper.wait().unwrap().signal(), Some(9), "SIGKILL");
-    assert_gone(&names);
+    assert_eq!(exit_of(&mut sleeper).signal(), Some(9), "SIGKILL");
+    identity.assert_gone();
 }
 
 #[test]
@@ -271,17 +287,14 @@ fn a_panic_with_a_cluster_in_scope_still_tears_it_down() {
     if netns::skip_unless_root() {
         return;
     }
-    let _names = names_watched();
-    let names = std::sync::Mutex::new(Vec::new());
+    let identity = std::sync::Mutex::new(None);
     let result = std::panic::catch_unwind(|| {
         let cluster = create(Spec::hosts(2));
-        *names.lock().unwrap() = names_of(&cluster);
+        *identity.lock().unwrap() = Some(Identity::of_cluster(&cluster));
         panic!("on purpose, with a cluster alive");
     });
     assert!(result.is_err());
-    let names = names.into_inner().unwrap();
-    assert_eq!(names.len(), 5);
-    assert_gone(&names);
+    identity.into_inner().unwrap().expect("made before the panic").assert_gone();
 }
 
 #[test]
@@ -289,23 +302,19 @@ fn what_a_dead_owner_left_goes_at_the_next_create() {
     if netns::skip_unless_root() {
         return;
     }
-    let _names = names_watched();
     let (mut owner, mut out) = start_role(Command::new(std::env::current_exe().unwrap()), "leak");
     let said = expect_line(&mut out);
     let [ns, veth, bridge, pid]: [&str; 4] = said.split(' ').collect::<Vec<_>>().try_into().unwrap();
-    let leaked = [ns.to_owned(), veth.to_owned(), bridge.to_owned()];
-    let shown = ip_names();
-    for name in &leaked {
-        assert!(shown.contains(name.as_str()), "{name} missing while its owner lives:\n{shown}");
-    }
+    // In place while its owner lives (and holds the subnet).
+    let leaked = Identity::of(&[ns.to_owned()], &[veth.to_owned(), bridge.to_owned()]);
     // The owner exits without dropping its cluster.
     writeln!(owner.stdin.take().unwrap(), "go").unwrap();
-    assert!(owner.wait().unwrap().success());
+    assert!(exit_of(&mut owner).success());
     assert!(std::fs::metadata(format!("/proc/{pid}")).is_ok(), "the leaked process should outlive its owner");
 
-    // The next create sweeps it.
+    // The next create sweeps it (this test's, or one running beside).
     drop(create(Spec::hosts(1)));
-    assert_gone(&leaked);
+    leaked.assert_gone();
     // Its process was killed: gone or a zombie awaiting its reaper.
     let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let alive = state.rsplit(") ").next().is_some_and(|rest| !rest.starts_with('Z'));
@@ -317,7 +326,6 @@ fn two_clusters_get_their_own_subnets_and_do_not_see_each_other() {
     if netns::skip_unless_root() {
         return;
     }
-    let _names = names_unchanged();
     let (a, b) = std::thread::scope(|s| {
         let a = s.spawn(|| create(Spec::hosts(2)));
         let b = s.spawn(|| create(Spec::hosts(2)));
