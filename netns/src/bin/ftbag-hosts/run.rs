@@ -27,7 +27,7 @@ pub(crate) struct RunArgs {
     /// Cluster token given to every host as STORE_TOKEN [default: $STORE_TOKEN, else random].
     #[arg(long, env = "STORE_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// Keep the output of hosts 1.. in DIR/host-<i>.log [default: a temporary directory, removed at exit].
+    /// Keep the output of hosts 1.. in DIR/host-1.log, host-2.log, … [default: a temporary directory, removed at exit].
     #[arg(long, value_name = "DIR")]
     logs: Option<PathBuf>,
     /// Once a host has failed, how long the others get to end by themselves before they are killed.
