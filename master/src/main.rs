@@ -1,9 +1,11 @@
 //! `master`: the command line of the system. It runs store nodes and talks
 //! to them; it holds no state of its own and is not needed while a job runs.
 
+mod certs;
 mod demo;
 mod jobs;
 mod matrix;
+mod node_cmd;
 mod npy;
 mod progress;
 mod serve;
@@ -28,6 +30,10 @@ struct Cli {
 enum Command {
     /// Run a store node: RocksDB objects, atomic actions and bags of tasks over gRPC.
     Serve(serve::Args),
+    /// Make a private CA and certificates for TLS between the hosts of a cluster.
+    Certs(certs::Args),
+    /// The store node's connections by transport (TCP or its Unix sockets), TLS, refusals.
+    Node(node_cmd::Args),
     /// The whole story on one machine: embedded store, local slaves, a job, a slave killed halfway, verified.
     Demo(demo::Args),
     /// Create, import, export, list, inspect and delete matrices.
@@ -96,6 +102,8 @@ fn main() -> ExitCode {
 async fn run(command: Command) -> anyhow::Result<bool> {
     match command {
         Command::Serve(args) => serve::run(args).await.map(|()| true),
+        Command::Certs(args) => certs::run(args).map(|()| true),
+        Command::Node(args) => node_cmd::run(args).await.map(|()| true),
         Command::Demo(args) => demo::run(args).await,
         Command::Matrix(cmd) => matrix::run(cmd).await.map(|()| true),
         Command::Submit(cmd) => jobs::submit(cmd).await.map(|()| true),
@@ -134,13 +142,15 @@ async fn run(command: Command) -> anyhow::Result<bool> {
         }
         Command::Slaves { store } => {
             let client = store.connect().await?;
-            println!("{:>16} {:<24} {:<22} {:>8} {:>10} {:>7}", "session", "name", "peer", "age s", "heartbeat", "actions");
+            println!("{:>16} {:<24} {:<22} {:>8} {:>10} {:>7}", "session", "name", "host", "age s", "heartbeat", "actions");
             for s in client.list_sessions().await? {
+                // The address the node sees, less its port: the slave's host.
+                let host = s.peer.rsplit_once(':').map_or(s.peer.as_str(), |(h, _)| h);
                 println!(
                     "{:>16} {:<24} {:<22} {:>8.1} {:>8}ms {:>7}",
                     s.session,
                     s.client_name,
-                    s.peer,
+                    host,
                     Duration::from_millis(s.age_ms).as_secs_f64(),
                     s.since_heartbeat_ms,
                     s.n_actions

@@ -13,12 +13,8 @@ static ALLOCATOR: store_client::BlockAllocator = store_client::BlockAllocator::n
 #[derive(Parser)]
 #[command(name = "slave", version, about = "A stateless worker of the fault-tolerant bag of tasks")]
 struct Args {
-    /// Address of the store node.
-    #[arg(long, env = "STORE_ADDR", default_value = store_client::DEFAULT_STORE_ADDR)]
-    store: String,
-    /// Shared cluster token, if the store node requires one.
-    #[arg(long, env = "STORE_TOKEN")]
-    token: Option<String>,
+    #[command(flatten)]
+    connect: store_client::ConnectArgs,
     /// Name shown by `master slaves` (default: slave-<pid>).
     #[arg(long)]
     name: Option<String>,
@@ -36,6 +32,10 @@ struct Args {
     /// (PLACE:N; PLACE one of dequeued, computed, before-commit).
     #[arg(long, value_name = "PLACE:N")]
     kill_at: Option<slave::kill_point::KillPoint>,
+    /// Fault tests: SIGSTOP this slave at PLACE of its N-th task (PLACE:N,
+    /// as --kill-at); it stays frozen until SIGCONT.
+    #[arg(long, value_name = "PLACE:N")]
+    stop_at: Option<slave::kill_point::KillPoint>,
     /// How the thread that runs the tasks' kernels is scheduled. `normal`:
     /// an ordinary thread. `idle` (Linux `SCHED_IDLE`): it gives way at
     /// once to any other thread that wakes, so the owner's programs on a
@@ -60,13 +60,14 @@ fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let config = slave::SlaveConfig {
-        store: args.store,
-        token: args.token,
+        store: args.connect.store.clone(),
+        connect: args.connect.options()?,
         name: args.name.unwrap_or_else(|| format!("slave-{}", std::process::id())),
         exit_when_idle: args.exit_when_idle,
         job: args.job,
         dequeue_wait: Duration::from_millis(args.dequeue_wait_ms),
         kill_point: args.kill_at,
+        stop_point: args.stop_at,
         compute: args.compute,
     };
     // One worker thread: the task computes on its compute thread, and the
