@@ -294,10 +294,13 @@ fn a_partitioned_slave_is_fenced_and_rejoins_as_a_new_session() {
     t.hosts.restore_link(1).unwrap();
     let rejoined = wait_for(Duration::from_secs(60), || session_of(&t, "cut").filter(|s| Some(*s) != session_before));
     assert!(rejoined.is_some(), "the cut slave did not rejoin as a new session (before: {session_before:?})");
-    // Its late puts and commit reach the node once the link is back.
+    // Its late requests reach the node once the link is back, and are
+    // refused: its commit or puts as of an aborted action, or whatever it
+    // sent first as of an expired session (typed errors from the node;
+    // a transport failure would read "unavailable").
     let fenced = wait_for(Duration::from_secs(60), || {
         let log = std::fs::read_to_string(t.log("cut")).unwrap();
-        (log.contains("not committed") || log.contains("goes back to the bag")).then_some(())
+        ["not committed", "goes back to the bag", "has expired", "was aborted"].iter().any(|n| log.contains(n)).then_some(())
     });
     assert!(fenced.is_some(), "the cut slave's late task was not refused:\n{}", std::fs::read_to_string(t.log("cut")).unwrap());
     t.assert_each_task_once(job);
@@ -529,4 +532,10 @@ fn the_local_path_is_taken_on_the_nodes_host_whatever_its_address() {
     assert_eq!(after.data_unix_connections, local.data_unix_connections, "{after:?}");
     // Two network clients, and the test's own one per `stats`.
     assert!(after.data_tcp_connections >= local.data_tcp_connections + 2, "{after:?}");
+    // Blocks over gRPC, for a site that opens one port: no data plane at all.
+    t.master_ok(1, &["matrix", "create", "G", "--n", "128", "--block", "64", "--blocks-over", "grpc"]);
+    let grpc = t.stats();
+    assert_eq!(grpc.data_tcp_connections, after.data_tcp_connections + 1, "only the test's own client's: {grpc:?}");
+    let out = t.master_ok(1, &["matrix", "info", "G", "--blocks-over", "grpc"]);
+    assert!(out.contains("128"), "{out}");
 }
