@@ -38,6 +38,8 @@ use tokio::sync::watch;
 use tonic::{Request, Status};
 
 pub use blocks::MAX_BLOCK;
+/// The bag a bag's dead-lettered elements move to (for `master retry`).
+pub use queue::dead_letter_bag;
 
 /// The data plane's Unix socket, in the data directory.
 pub const DATA_SOCKET: &str = "blocks.sock";
@@ -169,11 +171,20 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     let (rpc_unix_path, rpc_unix_listener) = bind_unix(&config.data.join(RPC_SOCKET), "local clients' calls").unzip();
     let data_plane = tokio::spawn(dataplane::serve(data_listener, unix_listener, node.clone(), config.token.clone()));
     let reaper = spawn_reaper(node.clone());
+    // At shutdown the session streams end first: the servers' graceful
+    // shutdown waits for them.
+    let (stop, stopped) = watch::channel(());
+    tokio::spawn({
+        let (node, mut stopped) = (node.clone(), stopped.clone());
+        async move {
+            let _ = stopped.changed().await;
+            node.begin_shutdown();
+        }
+    });
     let token = config.token.clone().map(|t| format!("Bearer {t}"));
     let service = StoreServer::new(rpc::Rpc { node, data_port, unix_path, rpc_unix_path })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let (stop, stopped) = watch::channel(());
     // One service, two ways in: TCP, and the Unix socket for local clients.
     let router = || {
         let token = token.clone();
