@@ -6,6 +6,8 @@
 //! job/<id>                 JobRecord (JSON), written once at submit
 //! jobstate/<id>/failed     Failure (JSON): the first job-fatal task error
 //! jobstate/<id>/finished   u64 LE: unix ms when a slave found every bag empty
+//! jobstate/<id>/cancelled  Cancelled (JSON): `master cancel` (with a failure
+//!                          record, so that slaves stop at their next task)
 //! jobs/submitted           u64 LE: jobs ever submitted (idle slaves watch it)
 //! done/<id>/<seq in bag>@<bag index>   TaskDone (JSON), one per committed task
 //! ```
@@ -41,6 +43,14 @@ pub struct Failure {
     pub task: String,
     pub slave: String,
     pub at_ms: u64,
+}
+
+/// A job cancelled by the user (`master cancel`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Cancelled {
+    pub at_ms: u64,
+    /// Whether its output matrices were deleted.
+    pub outputs_removed: bool,
 }
 
 /// One committed task, written in the task's own action: a task committed
@@ -165,6 +175,10 @@ pub fn failed_key(id: Uuid) -> String {
 
 pub fn finished_key(id: Uuid) -> String {
     format!("{JOB_STATE_PREFIX}{id}/finished")
+}
+
+pub fn cancelled_key(id: Uuid) -> String {
+    format!("{JOB_STATE_PREFIX}{id}/cancelled")
 }
 
 pub fn done_prefix(id: Uuid) -> String {
