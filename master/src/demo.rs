@@ -13,6 +13,7 @@ use store_client::Client;
 use uuid::Uuid;
 
 use crate::jobs;
+use crate::out::{errln, outln};
 use crate::source::{meta, with_source};
 use crate::store_args::StoreArgs;
 
@@ -130,7 +131,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<bool> {
     config.cache_mib = args.cache_mib;
     let node = store::start(config).await.context("starting the embedded store node")?;
     let addr = node.addr().to_string();
-    eprintln!("store node on {addr}, data in {}", data.display());
+    errln!("store node on {addr}, data in {}", data.display());
     let client = Client::connect(&addr, None).await?;
     let exe = std::env::current_exe()?.with_file_name("slave");
     if !exe.exists() {
@@ -140,7 +141,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<bool> {
     for _ in 0..args.slaves {
         slaves.spawn()?;
     }
-    eprintln!("{} slaves started (logs in {})", args.slaves, tmp.path().display());
+    errln!("{} slaves started (logs in {})", args.slaves, tmp.path().display());
     let apps: Vec<&str> = if args.app == "all" { vec!["matmul", "cholesky", "lu", "raytrace"] } else { vec![args.app.as_str()] };
     let mut all_ok = true;
     for app in apps {
@@ -153,12 +154,12 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<bool> {
 
 async fn run_app(args: &Args, app: &str, client: &Client, slaves: &mut Slaves) -> anyhow::Result<bool> {
     let (n, b) = (args.n, args.block);
-    eprintln!("== {app}: n = {n}, b = {b}, {} slaves, {} kill(s)", args.slaves, args.kills);
+    errln!("== {app}: n = {n}, b = {b}, {} slaves, {} kill(s)", args.slaves, args.kills);
     let id = match app {
         "matmul" => {
             crate::matrix::create(client, "A", n, n, b, MatrixKind::Random, 1, true).await?;
             crate::matrix::create(client, "B", n, n, b, MatrixKind::Random, 2, true).await?;
-            jobs::submit_matmul(client, "A", "B", "C").await?
+            jobs::submit_matmul(client, "A", "B", "C", false).await?
         }
         "cholesky" => {
             let a = meta(&crate::matrix::create(client, "S", n, n, b, MatrixKind::Spd, 3, true).await?);
@@ -209,14 +210,14 @@ async fn run_app(args: &Args, app: &str, client: &Client, slaves: &mut Slaves) -
     }
     let verified = jobs::verify(client, id).await?;
     let flops = apps::job::flops(&status.record.spec);
-    println!("{app}: {} tasks in {elapsed:.1} s", status.record.total_tasks());
+    outln!("{app}: {} tasks in {elapsed:.1} s", status.record.total_tasks());
     if flops > 0.0 {
-        println!("  rate              {:.2} GFLOP/s", flops / elapsed / 1e9);
+        outln!("  rate              {:.2} GFLOP/s", flops / elapsed / 1e9);
     }
     jobs::print_task_times(&status);
-    println!("  slaves killed     {kills_done} (SIGKILL), each replaced");
-    println!("  tasks redone      {} (their first run was lost with a killed slave)", status.n_redone());
-    println!("  tasks committed   {} once each, {} more than once", status.n_done(), status.n_duplicates());
-    println!("  verified          {}", if verified { "yes" } else { "NO" });
+    outln!("  slaves killed     {kills_done} (SIGKILL), each replaced");
+    outln!("  tasks redone      {} (their first run was lost with a killed slave)", status.n_redone());
+    outln!("  tasks committed   {} once each, {} more than once", status.n_done(), status.n_duplicates());
+    outln!("  verified          {}", if verified { "yes" } else { "NO" });
     Ok(verified && status.n_duplicates() == 0)
 }

@@ -1,10 +1,13 @@
 //! `master`: the command line of the system. It runs store nodes and talks
 //! to them; it holds no state of its own and is not needed while a job runs.
 
+mod choices;
+mod control;
 mod demo;
 mod jobs;
 mod matrix;
 mod npy;
+mod out;
 mod progress;
 mod serve;
 mod source;
@@ -13,9 +16,19 @@ mod store_args;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+use crate::out::{errln, outln};
 use store_args::StoreArgs;
+
+/// What every subcommand's exit status means (`--help` shows it).
+const EXIT_STATUS: &str = "\
+Exit status:
+  0    success (for wait/status --watch/verify: the job succeeded, the check passed)
+  1    failure: an error (said on stderr), a job that failed, a check that failed
+  2    bad command line (unknown flag, bad value)
+  141  stdout was closed before everything was written (e.g. `master jobs | head -1`);
+       the output stops quietly, as for programs ended by SIGPIPE";
 
 #[derive(Parser)]
 #[command(name = "master", version, about = "Fault-tolerant out-of-core bag-of-tasks compute: the master CLI")]
@@ -26,7 +39,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a store node: RocksDB objects, atomic actions and bags of tasks over gRPC.
+    /// Run a store node: RocksDB objects, atomic actions and bags of tasks
+    /// over gRPC. Stops on Ctrl-C or SIGTERM within 3 s, slaves connected
+    /// or not (they reconnect when it is back); a second one stops it at
+    /// once.
     Serve(serve::Args),
     /// The whole story on one machine: embedded store, local slaves, a job, a slave killed halfway, verified.
     Demo(demo::Args),
@@ -36,10 +52,30 @@ enum Command {
     /// Submit a job; prints its id alone on stdout.
     #[command(subcommand)]
     Submit(jobs::Submit),
-    /// Wait for a job; exit status 0 only if it succeeded.
+    /// Wait for a job; exit status 0 only if it succeeded. Rides through
+    /// restarts of the store node that last less than --patience-s.
     Wait(jobs::JobArg),
-    /// List jobs.
+    /// Cancel a job: slaves stop taking its tasks (those running end),
+    /// its bags are emptied, and it is recorded as cancelled. Its output
+    /// matrices are kept, listed as incomplete, unless --remove-outputs.
+    Cancel {
+        /// Job id (a unique prefix, or "last").
+        job: String,
+        /// Delete the job's output matrices.
+        #[arg(long)]
+        remove_outputs: bool,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Run a failed job again where it stopped: its dead-lettered tasks
+    /// (given up after repeated slave deaths) go back to their bags, its
+    /// failure is forgotten, and slaves take it up again.
+    Retry(jobs::JobArg),
+    /// List jobs, oldest first: id, app, state, tasks done.
     Jobs {
+        /// One JSON array of job objects on stdout.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -48,9 +84,13 @@ enum Command {
         /// Job id (a unique prefix, or "last").
         #[arg(default_value = "last")]
         job: String,
-        /// Keep watching with a progress bar until the job ends.
-        #[arg(long)]
+        /// Keep watching with a progress bar until the job ends (exit
+        /// status as for `wait`); rides through store-node restarts.
+        #[arg(long, conflicts_with = "json")]
         watch: bool,
+        /// One JSON object on stdout.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -60,6 +100,9 @@ enum Command {
     /// "actions" counts each session's running actions, including the one
     /// its last commit began ahead for its next task.
     Slaves {
+        /// One JSON array of session objects on stdout.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -74,11 +117,13 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    // Every subcommand's --help ends with what its exit status means.
+    let matches = with_exit_status(Cli::command()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -86,10 +131,33 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {}", error_text(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, each said once: many errors put
+/// their source's text in their own (`binding …: Address already in use`)
+/// and name it as their source too, which `{:#}` printed again.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let t = cause.to_string();
+        if t.is_empty() || text.contains(&t) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&t);
+    }
+    text
+}
+
+/// `cmd` and its subcommands, at every depth, with [`EXIT_STATUS`] after their help.
+fn with_exit_status(cmd: clap::Command) -> clap::Command {
+    cmd.after_help(EXIT_STATUS).mut_subcommands(with_exit_status)
 }
 
 /// Ok(false): the command ran but its answer is "no" (job failed, check failed).
@@ -100,31 +168,61 @@ async fn run(command: Command) -> anyhow::Result<bool> {
         Command::Matrix(cmd) => matrix::run(cmd).await.map(|()| true),
         Command::Submit(cmd) => jobs::submit(cmd).await.map(|()| true),
         Command::Wait(arg) => {
+            let mut conn = jobs::Reconnecting::connect(&arg.store).await?;
+            let id = jobs::resolve(conn.client(), &arg.job).await?;
+            jobs::wait(&mut conn, id, None).await
+        }
+        Command::Cancel { job, remove_outputs, store } => {
+            let client = store.connect().await?;
+            let id = jobs::resolve(&client, &job).await?;
+            let drained = control::cancel(&client, id, remove_outputs).await?;
+            let outputs = if remove_outputs { "its outputs removed" } else { "its outputs kept, marked incomplete" };
+            outln!("cancelled job {id}: {drained} task(s) taken out of its bags, {outputs}");
+            Ok(true)
+        }
+        Command::Retry(arg) => {
             let client = arg.store.connect().await?;
             let id = jobs::resolve(&client, &arg.job).await?;
-            jobs::wait(&client, id, None).await
+            let n = control::retry(&client, id).await?;
+            outln!("job {id} runs again: {n} dead-lettered task(s) back in its bags");
+            Ok(true)
         }
-        Command::Jobs { store } => {
+        Command::Jobs { json, store } => {
             let client = store.connect().await?;
+            let mut all = Vec::new();
             for j in jobs::all_jobs(&client).await? {
                 let s = jobs::job_status(&client, j.id()).await?;
-                println!("{}  {:<9} {:<10} {}/{} tasks", j.id(), j.spec.app_name(), s.state(), s.n_done(), j.total_tasks());
+                if json {
+                    all.push(jobs::status_json(&s, None));
+                } else {
+                    outln!("{}  {:<9} {:<10} {}/{} tasks", j.id(), j.spec.app_name(), s.state(), s.n_done(), j.total_tasks());
+                }
+            }
+            if json {
+                outln!("{}", serde_json::Value::Array(all));
             }
             Ok(true)
         }
-        Command::Status { job, watch, store } => {
-            let client = store.connect().await?;
-            let id = jobs::resolve(&client, &job).await?;
+        Command::Status { job, watch, json, store } => {
             if watch {
+                let mut conn = jobs::Reconnecting::connect(&store).await?;
+                let id = jobs::resolve(conn.client(), &job).await?;
                 let bar = progress::bar(true, 0, "tasks");
-                let ok = jobs::wait(&client, id, Some(&bar)).await?;
+                let ok = jobs::wait(&mut conn, id, Some(&bar)).await?;
                 bar.finish_and_clear();
-                let s = jobs::job_status(&client, id).await?;
-                jobs::print_status(&s, jobs::slaves(&client).await?);
+                let (s, n) = conn.call(|c| async move { Ok((jobs::job_status(&c, id).await?, jobs::slaves(&c).await?)) }).await?;
+                jobs::print_status(&s, n);
                 return Ok(ok);
             }
+            let client = store.connect().await?;
+            let id = jobs::resolve(&client, &job).await?;
             let s = jobs::job_status(&client, id).await?;
-            jobs::print_status(&s, jobs::slaves(&client).await?);
+            let n_slaves = jobs::slaves(&client).await?;
+            if json {
+                outln!("{}", jobs::status_json(&s, Some(n_slaves)));
+            } else {
+                jobs::print_status(&s, n_slaves);
+            }
             Ok(true)
         }
         Command::Verify(arg) => {
@@ -132,11 +230,30 @@ async fn run(command: Command) -> anyhow::Result<bool> {
             let id = jobs::resolve(&client, &arg.job).await?;
             jobs::verify(&client, id).await
         }
-        Command::Slaves { store } => {
+        Command::Slaves { json, store } => {
             let client = store.connect().await?;
-            println!("{:>16} {:<24} {:<22} {:>8} {:>10} {:>7}", "session", "name", "peer", "age s", "heartbeat", "actions");
+            if json {
+                let all: Vec<_> = client
+                    .list_sessions()
+                    .await?
+                    .iter()
+                    .map(|s| {
+                        serde_json::json!({
+                            "session": s.session,
+                            "name": s.client_name,
+                            "peer": s.peer,
+                            "age_s": Duration::from_millis(s.age_ms).as_secs_f64(),
+                            "since_heartbeat_ms": s.since_heartbeat_ms,
+                            "actions": s.n_actions,
+                        })
+                    })
+                    .collect();
+                outln!("{}", serde_json::Value::Array(all));
+                return Ok(true);
+            }
+            outln!("{:>16} {:<24} {:<22} {:>8} {:>10} {:>7}", "session", "name", "peer", "age s", "heartbeat", "actions");
             for s in client.list_sessions().await? {
-                println!(
+                outln!(
                     "{:>16} {:<24} {:<22} {:>8.1} {:>8}ms {:>7}",
                     s.session,
                     s.client_name,
