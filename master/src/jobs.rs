@@ -258,7 +258,31 @@ impl JobStatus {
     }
 
     pub(crate) fn flops_done(&self) -> f64 {
-        self.done.iter().map(|d| d.flops).sum()
+        // An empty f64 sum is -0.0, which printed as "-0.00 GFLOP/s".
+        self.done.iter().map(|d| d.flops).sum::<f64>() + 0.0
+    }
+
+    /// When the job ended (finished, failed, cancelled), if it has.
+    pub(crate) fn ended_ms(&self) -> Option<u64> {
+        self.finished_ms.or(self.failed.as_ref().map(|f| f.at_ms)).or(self.cancelled.as_ref().map(|c| c.at_ms))
+    }
+
+    /// Seconds from its submit to its end, or to now.
+    pub(crate) fn elapsed_s(&self) -> f64 {
+        self.ended_ms().unwrap_or_else(record::now_ms).saturating_sub(self.record.submitted_ms) as f64 / 1e3
+    }
+
+    /// GFLOP/s over its run; `None` for a job whose tasks count no flops.
+    pub(crate) fn gflops(&self) -> Option<f64> {
+        let f = self.flops_done();
+        (f > 0.0).then(|| f / self.elapsed_s().max(1e-9) / 1e9)
+    }
+
+    /// Seconds left at the pace so far; `None` unless it runs, some task
+    /// is done and a slave is alive (with none, nothing will move).
+    pub(crate) fn left_s(&self, slaves: usize) -> Option<f64> {
+        let (done, total) = (self.n_done(), self.record.total_tasks());
+        (self.state() == "running" && done > 0 && slaves > 0).then(|| self.elapsed_s() * total.saturating_sub(done) as f64 / done as f64)
     }
 
     /// Where the committed tasks' time went: kernels, waits for a core
@@ -452,8 +476,10 @@ pub(crate) async fn wait(conn: &mut Reconnecting, id: Uuid, bar: Option<&indicat
                 said = true;
             }
             if let Some(bar) = bar {
+                let n_slaves = conn.call(|c| async move { slaves(&c).await }).await?;
                 bar.set_length(s.record.total_tasks() as u64);
                 bar.set_position(s.n_done() as u64);
+                bar.set_message(watch_line(&s, n_slaves));
             }
             match s.state() {
                 "succeeded" => return Ok(true),
@@ -472,10 +498,23 @@ pub(crate) async fn wait(conn: &mut Reconnecting, id: Uuid, bar: Option<&indicat
     }
 }
 
+/// The `status --watch` bar's live text: the bag under way and its
+/// counts, then the pace.
+fn watch_line(s: &JobStatus, slaves: usize) -> String {
+    let current = s.per_bag.iter().enumerate().find(|(_, b)| b.done < b.total || b.running + b.waiting > 0);
+    let bag = match current {
+        Some((i, b)) if s.per_bag.len() > 1 => {
+            format!("bag {}/{}: {} running, {} waiting, {} dead", i + 1, s.per_bag.len(), b.running, b.waiting, b.dead)
+        }
+        Some((_, b)) => format!("{} running, {} waiting, {} dead", b.running, b.waiting, b.dead),
+        None => String::new(),
+    };
+    format!("{bag}{}", pace(s, slaves))
+}
+
 /// A job's status as one JSON object (`--json`); `slaves`: the live
 /// slaves, when asked.
 pub(crate) fn status_json(s: &JobStatus, slaves: Option<usize>) -> serde_json::Value {
-    let elapsed_s = (s.finished_ms.unwrap_or_else(record::now_ms).saturating_sub(s.record.submitted_ms)) as f64 / 1e3;
     let bags: Vec<_> = s
         .per_bag
         .iter()
@@ -491,8 +530,10 @@ pub(crate) fn status_json(s: &JobStatus, slaves: Option<usize>) -> serde_json::V
         "tasks_dead": s.n_dead(),
         "submitted_ms": s.record.submitted_ms,
         "finished_ms": s.finished_ms,
-        "elapsed_s": elapsed_s,
+        "elapsed_s": s.elapsed_s(),
         "gflop": s.flops_done() / 1e9,
+        "gflops": s.gflops(),
+        "left_s": slaves.and_then(|n| s.left_s(n)),
         "bags": bags,
         "failure": (s.state() == "failed").then(|| failure_line(s)),
         "cancelled": s.cancelled.is_some(),
@@ -503,31 +544,64 @@ pub(crate) fn status_json(s: &JobStatus, slaves: Option<usize>) -> serde_json::V
     v
 }
 
+/// The bags `status` lists at most: a pivoted LU with bags has four per
+/// block column (70 lines at n/b = 16); the rest are summed up in a line.
+const BAG_LINES: usize = 8;
+
+/// Rate, time left and slaves, as `status` and the `--watch` bar say them:
+/// no GFLOP/s for a job without flops (ray tracing), no time left unless
+/// the job runs and a slave works on it.
+fn pace(s: &JobStatus, slaves: usize) -> String {
+    let mut out = String::new();
+    if let Some(r) = s.gflops() {
+        out.push_str(&format!("  {r:.2} GFLOP/s"));
+    }
+    if let Some(left) = s.left_s(slaves) {
+        out.push_str(&format!("  ~{left:.0} s left"));
+    }
+    if s.state() == "running" && slaves == 0 {
+        out.push_str("  no slave alive: nothing runs until one starts");
+    } else {
+        out.push_str(&format!("  {slaves} slave(s) alive"));
+    }
+    out
+}
+
+/// The bags a status lists: all when few, else those with work left (the
+/// current ones first) up to [`BAG_LINES`], and how many are not shown.
+fn bags_to_show(s: &JobStatus) -> (Vec<&BagProgress>, usize) {
+    if s.per_bag.len() <= BAG_LINES {
+        return (s.per_bag.iter().collect(), 0);
+    }
+    let open = |b: &&BagProgress| b.done < b.total || b.running + b.waiting + b.dead > 0;
+    let mut shown: Vec<&BagProgress> = s.per_bag.iter().filter(open).take(BAG_LINES).collect();
+    if shown.is_empty() {
+        shown = s.per_bag.iter().rev().take(1).collect();
+    }
+    let hidden = s.per_bag.len() - shown.len();
+    (shown, hidden)
+}
+
 pub(crate) fn print_status(s: &JobStatus, slaves: usize) {
     let total = s.record.total_tasks();
-    let elapsed_s = (s.finished_ms.unwrap_or_else(record::now_ms).saturating_sub(s.record.submitted_ms)) as f64 / 1e3;
-    let gflops = s.flops_done() / elapsed_s.max(1e-9) / 1e9;
-    let left = if s.n_done() > 0 && s.state() == "running" {
-        format!("{:.0} s", elapsed_s * (total - s.n_done()) as f64 / s.n_done() as f64)
-    } else {
-        "-".into()
-    };
     outln!(
-        "job {}  {}  {}  {}/{} tasks  {:.1} s  {:.2} GFLOP/s  ~{} left  {} slave(s) alive",
+        "job {}  {}  {}  {}/{} tasks  {:.1} s{}",
         s.record.id(),
         s.record.spec.app_name(),
         s.state(),
         s.n_done(),
         total,
-        elapsed_s,
-        gflops,
-        left,
-        slaves
+        s.elapsed_s(),
+        pace(s, slaves)
     );
     print_task_times(s);
     outln!("  {:<60} {:>6} {:>6} {:>8} {:>8} {:>5}", "bag", "total", "done", "running", "waiting", "dead");
-    for b in &s.per_bag {
+    let (shown, hidden) = bags_to_show(s);
+    for b in shown {
         outln!("  {:<60} {:>6} {:>6} {:>8} {:>8} {:>5}", b.name, b.total, b.done, b.running, b.waiting, b.dead);
+    }
+    if hidden > 0 {
+        outln!("  … and {hidden} more bag(s) of {} (`--json` lists them all)", s.per_bag.len());
     }
     match s.state() {
         "failed" => outln!("  {}", failure_line(s)),

@@ -280,6 +280,8 @@ fn messages_say_what_happened_once_and_list_the_right_values() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("failed: ") && err.contains("no result to verify") && !err.contains("yet"), "{err}");
+    let status = master_ok(s, &["status", &job]);
+    assert!(status.contains(" failed ") && !status.contains("-0.00") && !status.contains("left"), "{status}");
     // Errors whose text holds their source's say it once: a second node
     // on the same directory.
     let other = tempfile::tempdir().unwrap();
@@ -458,4 +460,26 @@ fn json_output_parses_and_matches_the_state() {
     let slaves = parse(&["slaves", "--json"]);
     assert!(slaves.as_array().unwrap().iter().any(|x| x["name"] == "slave-7"), "{slaves}");
     support::kill_child(slave);
+}
+
+#[test]
+fn status_is_bounded_and_says_no_time_left_without_slaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreProc::start(dir.path(), &[]);
+    let s = store.addr.as_str();
+    // A pivoted LU with bags: 8 block columns, four bags each.
+    support::create_kind(s, "D", 256, 256, 32, "random", 1);
+    let lu = master_ok(s, &["submit", "lu", "D", "--out", "LU", "--pivot", "--schedule", "bags"]);
+    let status = master_ok(s, &["status", &lu]);
+    assert!(status.lines().count() <= 12 && status.contains("more bag(s) of "), "{status}");
+    assert!(status.contains("no slave alive") && !status.contains("left") && !status.contains("GFLOP/s"), "{status}");
+    let all: serde_json::Value = serde_json::from_str(&master_ok(s, &["status", &lu, "--json"])).unwrap();
+    assert!(all["bags"].as_array().unwrap().len() > 8, "{all}");
+    // Ray tracing counts no flops: no rate of 0.00 GFLOP/s.
+    let rt = master_ok(s, &["submit", "raytrace", "--level", "0", "--width", "16", "--height", "16", "--out", "img"]);
+    let slave = support::slave(s, "slave-0", &["--exit-when-idle", "--job", &rt]);
+    master_ok(s, &["wait", &rt]);
+    support::kill_child(slave);
+    let status = master_ok(s, &["status", &rt]);
+    assert!(status.contains("succeeded") && !status.contains("GFLOP/s") && !status.contains("left"), "{status}");
 }
