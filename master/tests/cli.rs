@@ -483,3 +483,51 @@ fn status_is_bounded_and_says_no_time_left_without_slaves() {
     let status = master_ok(s, &["status", &rt]);
     assert!(status.contains("succeeded") && !status.contains("GFLOP/s") && !status.contains("left"), "{status}");
 }
+
+/// The sessions of the node named `prefix…`, with their ids.
+fn sessions_named(store: &str, prefix: &str) -> Vec<(String, u64)> {
+    let all: serde_json::Value = serde_json::from_str(&master_ok(store, &["slaves", "--json"])).unwrap();
+    let mut v: Vec<(String, u64)> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["name"].as_str().unwrap().starts_with(prefix))
+        .map(|x| (x["name"].as_str().unwrap().to_owned(), x["session"].as_u64().unwrap()))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn slave_count_supervises_its_processes_and_replaces_one_killed() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreProc::start(dir.path(), &[]);
+    let s = store.addr.as_str();
+    let mut sup = support::dies_with_test(&mut Command::new(support::slave_exe()))
+        .args(["--store", s, "--count", "3", "--name", "crew"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let limit = std::time::Duration::from_secs(20);
+    let first = support::wait_for(limit, || Some(sessions_named(s, "crew")).filter(|v| v.len() == 3)).expect("three slaves connected");
+    let names: Vec<&str> = first.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["crew-0", "crew-1", "crew-2"]);
+    // SIGKILL one of its processes: it is started again, a new session.
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", sup.id())).unwrap();
+    let victim: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    kill(Pid::from_raw(victim), Signal::SIGKILL).unwrap();
+    support::wait_for(limit, || {
+        let now = sessions_named(s, "crew");
+        (now.len() == 3 && now.iter().filter(|x| first.contains(x)).count() == 2).then_some(())
+    })
+    .expect("the killed slave replaced");
+    // SIGTERM stops them all, and the supervisor.
+    kill(Pid::from_raw(sup.id() as i32), Signal::SIGTERM).unwrap();
+    let status = support::wait_for(limit, || sup.try_wait().unwrap()).expect("the supervisor stopped");
+    assert!(status.success(), "{status}");
+    support::wait_for(limit, || sessions_named(s, "crew").is_empty().then_some(())).expect("its slaves gone");
+}

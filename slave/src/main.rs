@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use clap::Parser;
 
+mod supervise;
+
 /// Blocks get mappings of their own, reused by size: the slave's peak RSS
 /// is the blocks it holds at once, not what heap fragmentation adds.
 #[global_allocator]
@@ -44,6 +46,28 @@ struct Args {
     /// faster for it: a multiply with two slaves on two cores 6 % slower).
     #[arg(long, value_enum, default_value_t = slave::compute::ComputePriority::Normal)]
     compute: slave::compute::ComputePriority,
+    /// Run N slave processes (one per core: N = the cores to give), named
+    /// NAME-0 … NAME-(N-1), each with the other flags given here. One that
+    /// dies is started again; Ctrl-C or SIGTERM stops them all.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    count: Option<u32>,
+}
+
+/// This process's arguments less `--count N` and `--name X` (in either
+/// spelling), for the processes `--count` starts.
+fn args_for_each() -> Vec<std::ffi::OsString> {
+    let mut out = Vec::new();
+    let mut args = std::env::args_os().skip(1);
+    while let Some(a) = args.next() {
+        match a.to_str() {
+            Some("--count" | "--name") => {
+                args.next();
+            }
+            Some(s) if s.starts_with("--count=") || s.starts_with("--name=") => {}
+            _ => out.push(a),
+        }
+    }
+    out
 }
 
 fn main() -> anyhow::Result<()> {
@@ -59,6 +83,10 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    if let Some(n) = args.count {
+        let name = args.name.unwrap_or_else(|| format!("slave-{}", std::process::id()));
+        return supervise::run(n as usize, args_for_each(), name);
+    }
     let config = slave::SlaveConfig {
         store: args.store,
         token: args.token,
