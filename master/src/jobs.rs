@@ -387,6 +387,7 @@ pub(crate) async fn resolve(client: &Client, job: &str) -> anyhow::Result<Uuid> 
 
 fn failure_line(s: &JobStatus) -> String {
     match &s.failed {
+        Some(f) if f.task.is_empty() => format!("failed: {} (slave {})", f.reason, f.slave),
         Some(f) => format!("failed: {} (task {} of bag {}, slave {})", f.reason, f.task, f.bag, f.slave),
         None if s.n_dead() > 0 => format!(
             "failed: {} task(s) dead-lettered after repeated slave deaths (`master retry {}` runs them again)",

@@ -531,3 +531,32 @@ fn slave_count_supervises_its_processes_and_replaces_one_killed() {
     assert!(status.success(), "{status}");
     support::wait_for(limit, || sessions_named(s, "crew").is_empty().then_some(())).expect("its slaves gone");
 }
+
+#[test]
+fn a_dead_lettered_task_stops_a_barrier_job_at_its_bag_until_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreProc::start(dir.path(), &["--attempt-limit", "1"]);
+    let s = store.addr.as_str();
+    support::create_kind(s, "D", 128, 128, 32, "diag-dominant", 1);
+    // Bags per block column with barriers between: the first task of the
+    // first bag is given up after the slave holding it dies.
+    let job = master_ok(s, &["submit", "lu", "D", "--out", "LU", "--schedule", "bags"]);
+    let mut doomed = support::slave(s, "doomed", &["--kill-at", "dequeued:1"]);
+    assert!(!doomed.wait().unwrap().success());
+    support::wait_for(std::time::Duration::from_secs(20), || (status_json(s, &job)["tasks_dead"] == 1).then_some(()))
+        .expect("the task dead-lettered");
+    let mut rest = support::slave(s, "slave-1", &["--exit-when-idle"]);
+    assert!(rest.wait().unwrap().success());
+    // The job failed, saying why, and no task past the dead one's bag ran.
+    let st = status_json(s, &job);
+    assert_eq!(st["state"], "failed", "{st}");
+    assert!(st["failure"].as_str().unwrap().contains("dead-lettered") && st["finished_ms"].is_null(), "{st}");
+    let bags = st["bags"].as_array().unwrap();
+    let first_open = bags.iter().position(|b| b["dead"] == 1).unwrap();
+    assert!(bags[first_open + 1..].iter().all(|b| b["done"] == 0), "tasks ran past the barrier: {st}");
+    master_ok(s, &["retry", &job]);
+    let mut again = support::slave(s, "slave-2", &["--exit-when-idle"]);
+    assert!(again.wait().unwrap().success());
+    master_ok(s, &["wait", &job]);
+    assert!(master_ok(s, &["verify", &job]).contains("‖PA − L·U‖"));
+}

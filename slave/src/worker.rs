@@ -174,6 +174,21 @@ impl Slave {
                 match next {
                     Ok(Dequeue::Empty) => {
                         action.abort().await?;
+                        // A task given up after repeated slave deaths left
+                        // the bag: the job stops here (the next bag's tasks
+                        // would read what it never wrote) until `master
+                        // retry` puts it back. It used to be marked
+                        // finished, slaves going on to the next bags.
+                        let dead = self.client.bag_stats(bag).await?.dead;
+                        if dead > 0 {
+                            self.settle().await?;
+                            tracing::error!(%id, bag, dead, "job stops: dead-lettered tasks");
+                            let reason = format!(
+                                "{dead} task(s) of bag {bag} dead-lettered after repeated slave deaths (`master retry {id}` runs them again)"
+                            );
+                            record_job_failure(&self.session, id, reason, bag, "", &self.config.name).await?;
+                            return Ok(Idle::Again);
+                        }
                         break;
                     }
                     Ok(Dequeue::NoneAvailable) => action.abort().await?,
@@ -458,15 +473,18 @@ pub async fn start_task(client: &Client, session: &Session, failed_key: &str, ba
 /// Records that `task` failed the job, in an action of its own, so no
 /// partial output of the failed task is ever committed.
 async fn record_failure(session: &Session, job: Uuid, reason: String, task: &Task, slave: &str) -> Result<(), StoreError> {
-    let failure = Failure {
-        reason,
-        bag: task.bag.clone(),
-        task: String::from_utf8_lossy(&task.payload).into_owned(),
-        slave: slave.to_owned(),
-        at_ms: record::now_ms(),
-    };
+    record_job_failure(session, job, reason, &task.bag, &String::from_utf8_lossy(&task.payload), slave).await
+}
+
+/// Records the job's failure, unless one is recorded already (the first
+/// one says why), in an action of its own.
+async fn record_job_failure(session: &Session, job: Uuid, reason: String, bag: &str, task: &str, slave: &str) -> Result<(), StoreError> {
+    let failure = Failure { reason, bag: bag.to_owned(), task: task.to_owned(), slave: slave.to_owned(), at_ms: record::now_ms() };
     let a = session.begin().await?;
-    a.write_small(&record::failed_key(job), &serde_json::to_vec(&failure).expect("plain struct")).await?;
+    let key = record::failed_key(job);
+    if a.read_small(&key, true).await?.is_none() {
+        a.write_small(&key, &serde_json::to_vec(&failure).expect("plain struct")).await?;
+    }
     a.commit().await
 }
 
