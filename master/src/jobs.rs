@@ -385,7 +385,7 @@ pub(crate) async fn resolve(client: &Client, job: &str) -> anyhow::Result<Uuid> 
     }
 }
 
-fn failure_line(s: &JobStatus) -> String {
+pub(crate) fn failure_line(s: &JobStatus) -> String {
     match &s.failed {
         Some(f) if f.task.is_empty() => format!("failed: {} (slave {})", f.reason, f.slave),
         Some(f) => format!("failed: {} (task {} of bag {}, slave {})", f.reason, f.task, f.bag, f.slave),

@@ -4,6 +4,7 @@
 mod choices;
 mod control;
 mod demo;
+mod joblog;
 mod jobs;
 mod matrix;
 mod npy;
@@ -71,6 +72,9 @@ enum Command {
     /// (given up after repeated slave deaths) go back to their bags, its
     /// failure is forgotten, and slaves take it up again.
     Retry(jobs::JobArg),
+    /// A job's tasks: who ran what, what went wrong.
+    #[command(subcommand)]
+    Job(JobCommand),
     /// List jobs, oldest first: id, app, state, tasks done.
     Jobs {
         /// One JSON array of job objects on stdout.
@@ -109,6 +113,23 @@ enum Command {
     /// Export a ray-traced image.
     #[command(subcommand)]
     Image(demo::ImageCommand),
+}
+
+#[derive(Subcommand)]
+enum JobCommand {
+    /// Every committed task (when, by which slave, after how many
+    /// orphanings), the tasks dead-lettered, the runs that failed and sent
+    /// their task back (with the message), and the job's failure.
+    Log {
+        /// Job id (a unique prefix, or "last").
+        #[arg(default_value = "last")]
+        job: String,
+        /// One JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
 }
 
 fn main() -> ExitCode {
@@ -179,6 +200,11 @@ async fn run(command: Command) -> anyhow::Result<bool> {
             let outputs = if remove_outputs { "its outputs removed" } else { "its outputs kept, marked incomplete" };
             outln!("cancelled job {id}: {drained} task(s) taken out of its bags, {outputs}");
             Ok(true)
+        }
+        Command::Job(JobCommand::Log { job, json, store }) => {
+            let client = store.connect().await?;
+            let id = jobs::resolve(&client, &job).await?;
+            joblog::log(&client, id, json).await.map(|()| true)
         }
         Command::Retry(arg) => {
             let client = arg.store.connect().await?;

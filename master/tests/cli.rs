@@ -403,6 +403,8 @@ fn retry_runs_a_job_whose_task_was_dead_lettered_to_the_right_result() {
     let c: serde_json::Value = serde_json::from_str(&master_ok(s, &["matrix", "info", "C", "--json"])).unwrap();
     assert!(c["incomplete"].as_str().unwrap().contains("failed job"), "{c}");
 
+    let log = master_ok(s, &["job", "log", &job]);
+    assert!(log.contains("15/16 tasks committed") && log.contains("dead-lettered (given up") && log.contains("after 1 orphaning(s)"), "{log}");
     let said = master_ok(s, &["retry", &job]);
     assert!(said.contains("1 dead-lettered task(s) back"), "{said}");
     assert_eq!(status_json(s, &job)["state"], "running");
@@ -559,4 +561,41 @@ fn a_dead_lettered_task_stops_a_barrier_job_at_its_bag_until_retried() {
     assert!(again.wait().unwrap().success());
     master_ok(s, &["wait", &job]);
     assert!(master_ok(s, &["verify", &job]).contains("‖PA − L·U‖"));
+}
+
+#[test]
+fn job_log_says_which_slave_ran_what_and_why_a_run_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    // A lock wait gives up after 300 ms.
+    let store = StoreProc::start(dir.path(), &["--lock-timeout-ms", "300"]);
+    let s = store.addr.as_str();
+    support::create_kind(s, "A", 64, 64, 32, "random", 1);
+    let job = master_ok(s, &["submit", "matmul", "A", "A", "--out", "C"]);
+    let rt = support::runtime();
+    let c = rt.block_on(store_client::Client::connect(s, None)).unwrap();
+    let m = rt.block_on(c.matrix_by_name("C")).unwrap();
+    let session = rt.block_on(c.open_session("test")).unwrap();
+    // Block (0, 0) of C held for writing: the task that writes it fails
+    // its run with a lock timeout, and goes back to its bag.
+    let holder = rt.block_on(session.begin()).unwrap();
+    let zeros = store_client::BlockData { rows: 32, cols: 32, data: vec![0.0; 32 * 32] };
+    rt.block_on(holder.put_block(m.id, 0, 0, zeros)).unwrap();
+    let slave = support::slave(s, "slave-log", &[]);
+    let failed_run = || {
+        let log: serde_json::Value = serde_json::from_str(&master_ok(s, &["job", "log", &job, "--json"])).unwrap();
+        (!log["failed_runs"].as_array().unwrap().is_empty()).then_some(log)
+    };
+    let log = support::wait_for(std::time::Duration::from_secs(30), failed_run).expect("a failed run logged");
+    let run = &log["failed_runs"][0];
+    assert_eq!(run["slave"], "slave-log", "{log}");
+    assert!(run["message"].as_str().unwrap().to_lowercase().contains("lock"), "{log}");
+    rt.block_on(holder.abort()).unwrap();
+    master_ok(s, &["wait", &job]);
+    let log: serde_json::Value = serde_json::from_str(&master_ok(s, &["job", "log", &job, "--json"])).unwrap();
+    let committed = log["committed"].as_array().unwrap();
+    assert_eq!(committed.len(), 4, "{log}");
+    assert!(committed.iter().all(|t| t["slave"] == "slave-log" && t["count"] == 1), "{log}");
+    let text = master_ok(s, &["job", "log", &job]);
+    assert!(text.contains("4/4 tasks committed") && text.contains("failed runs (the task went back to its bag):"), "{text}");
+    support::kill_child(slave);
 }

@@ -9,6 +9,8 @@
 //! jobstate/<id>/cancelled  Cancelled (JSON): `master cancel` (with a failure
 //!                          record, so that slaves stop at their next task)
 //! jobs/submitted           u64 LE: jobs ever submitted (idle slaves watch it)
+//! tasklog/<id>/<ms>-<slave>-<seq>  TaskFailure (JSON): a run of a task that
+//!                          failed and sent it back (`master job log`)
 //! done/<id>/<seq in bag>@<bag index>   TaskDone (JSON), one per committed task
 //! ```
 
@@ -51,6 +53,29 @@ pub struct Cancelled {
     pub at_ms: u64,
     /// Whether its output matrices were deleted.
     pub outputs_removed: bool,
+}
+
+/// A run of a task that failed and sent the task back to its bag (store
+/// trouble, a block put refused): the job goes on, and `master job log`
+/// says what happened.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TaskFailure {
+    pub bag: String,
+    pub seq: u64,
+    pub task: String,
+    /// Orphanings of the task before this run.
+    pub attempts: u32,
+    pub slave: String,
+    pub message: String,
+    pub at_ms: u64,
+}
+
+pub fn task_failure_prefix(job: Uuid) -> String {
+    format!("tasklog/{job}/")
+}
+
+pub fn task_failure_key(job: Uuid, at_ms: u64, slave: &str, seq: u64) -> String {
+    format!("tasklog/{job}/{at_ms:015}-{slave}-{seq}")
 }
 
 /// One committed task, written in the task's own action: a task committed

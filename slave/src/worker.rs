@@ -374,6 +374,11 @@ impl Slave {
                     tracing::info!("task {} of {} goes back to the bag: {e}", task.seq, task.bag);
                     let _ = writes.finish().await;
                     let _ = action.abort().await;
+                    // A flag's timeout is the single-bag Cholesky's way of
+                    // waiting, not a failure: not logged.
+                    if e.class() == ErrorClass::Retry {
+                        log_task_failure(&self.session, id, &task, &self.config.name, e.to_string());
+                    }
                     Ok(())
                 }
                 ErrorClass::JobFatal => {
@@ -422,6 +427,7 @@ async fn finish_task(ending: Ending) -> Result<(), StoreError> {
         let _ = action.abort().await;
         if e.is_retryable() || matches!(e, StoreError::ActionAborted { .. }) {
             tracing::info!("task {} of {} goes back to the bag: a block put failed: {e}", task.seq, task.bag);
+            log_task_failure(&session, job, &task, &done.slave, format!("block put: {e}"));
             return Ok(());
         }
         // What the task would have met writing in the foreground (a full
@@ -468,6 +474,35 @@ pub async fn start_task(client: &Client, session: &Session, failed_key: &str, ba
         Ok((action, begun, first))
     };
     tokio::join!(timed(asked, client.peek_small(failed_key)), take)
+}
+
+/// Logs a failed run of `task` that sends it back to its bag, for `master
+/// job log` (`record::TaskFailure`), in an action of its own on the
+/// runtime: best effort (the node may be what failed), and the slave goes
+/// on at once.
+fn log_task_failure(session: &Session, job: Uuid, task: &Task, slave: &str, message: String) {
+    let at_ms = record::now_ms();
+    let entry = record::TaskFailure {
+        bag: task.bag.clone(),
+        seq: task.seq,
+        task: String::from_utf8_lossy(&task.payload).into_owned(),
+        attempts: task.attempts,
+        slave: slave.to_owned(),
+        message,
+        at_ms,
+    };
+    let key = record::task_failure_key(job, at_ms, slave, task.seq);
+    let session = session.clone();
+    tokio::spawn(async move {
+        let logged = async {
+            let a = session.begin().await?;
+            a.write_small(&key, &serde_json::to_vec(&entry).expect("plain struct")).await?;
+            a.commit().await
+        };
+        if let Err(e) = logged.await {
+            tracing::debug!("task failure not logged: {e}");
+        }
+    });
 }
 
 /// Records that `task` failed the job, in an action of its own, so no
