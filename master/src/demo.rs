@@ -34,14 +34,16 @@ pub(crate) struct Args {
     /// How many times to SIGKILL a slave (evenly through the run) and start a replacement.
     #[arg(long, default_value_t = 1)]
     kills: usize,
-    /// Cholesky variant.
-    #[arg(long, default_value = "dag")]
-    variant: String,
-    /// Ray tracing: sphereflake level, image side and grain (scanlines per task).
+    /// Cholesky: how the factorisation is split into bags of tasks.
+    #[arg(long, value_enum, default_value_t = crate::choices::Variant::Dag)]
+    variant: crate::choices::Variant,
+    /// Ray tracing: sphereflake recursion level.
     #[arg(long, default_value_t = 3)]
     level: u32,
+    /// Ray tracing: image width and height in pixels.
     #[arg(long, default_value_t = 512)]
     side: u32,
+    /// Ray tracing: scanlines per task.
     #[arg(long, default_value_t = 8)]
     grain: u32,
     /// Keep the store's data here instead of a temporary directory.
@@ -56,7 +58,9 @@ pub(crate) struct Args {
 pub(crate) enum ImageCommand {
     /// Write a ray-traced image (by the --out name given at submit) as PNG.
     Export {
+        /// The image's name (`--out` of `master submit raytrace`).
         name: String,
+        /// The PNG file to write.
         out: PathBuf,
         #[command(flatten)]
         store: StoreArgs,
@@ -164,7 +168,7 @@ async fn run_app(args: &Args, app: &str, client: &Client, slaves: &mut Slaves) -
         "cholesky" => {
             let a = meta(&crate::matrix::create(client, "S", n, n, b, MatrixKind::Spd, 3, true).await?);
             let l = meta(&client.create_matrix("L", n, n, b).await?);
-            let variant: CholeskyVariant = args.variant.parse().map_err(|e| anyhow::anyhow!("--variant: {e}"))?;
+            let variant: CholeskyVariant = args.variant.into();
             let spec = JobSpec::Cholesky { job: Uuid::new_v4(), a, l, variant, flag_timeout_ms: apps::cholesky::DEFAULT_FLAG_TIMEOUT_MS };
             jobs::submit_spec(client, spec).await?
         }

@@ -20,7 +20,9 @@ use crate::store_args::StoreArgs;
 pub(crate) enum Submit {
     /// C = A·B, one task per block of C.
     Matmul {
+        /// Name of the left operand A.
         a: String,
+        /// Name of the right operand B (as many rows as A has columns, the same block size).
         b: String,
         /// Name of the output matrix (created).
         #[arg(long)]
@@ -34,7 +36,9 @@ pub(crate) enum Submit {
     },
     /// A = L·Lᵀ (left-looking, lower factor in OUT, upper triangle zero).
     Cholesky {
+        /// Name of the symmetric positive definite matrix A (only its lower blocks are read).
         a: String,
+        /// Name of the output matrix L (created, A's shape and blocks).
         #[arg(long)]
         out: String,
         /// Replace the output matrix if one of that name exists (refused
@@ -52,7 +56,9 @@ pub(crate) enum Submit {
     },
     /// P·A = L·U (packed as LAPACK does in OUT).
     Lu {
+        /// Name of the square matrix A.
         a: String,
+        /// Name of the output matrix (created, A's shape and blocks): L below the diagonal (unit diagonal implied), U on and above.
         #[arg(long)]
         out: String,
         /// Replace the output matrix if one of that name exists (refused
@@ -79,8 +85,10 @@ pub(crate) enum Submit {
         /// Sphereflake recursion level.
         #[arg(long, default_value_t = 3)]
         level: u32,
+        /// Image width in pixels.
         #[arg(long, default_value_t = 512)]
         width: u32,
+        /// Image height in pixels.
         #[arg(long, default_value_t = 512)]
         height: u32,
         /// Scanlines per task.

@@ -294,3 +294,36 @@ async fn run(command: Command) -> anyhow::Result<bool> {
         Command::Image(cmd) => demo::image(cmd).await.map(|()| true),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every positional and flag of every subcommand says what it is.
+    #[test]
+    fn every_argument_has_help() {
+        fn check(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id != "help" && id != "version" && arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                check(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let cmd = with_exit_status(Cli::command());
+        cmd.clone().debug_assert();
+        let mut missing = Vec::new();
+        check(&cmd, "master", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:?}");
+    }
+
+    #[test]
+    fn an_error_and_its_causes_are_said_once() {
+        let inner = std::io::Error::new(std::io::ErrorKind::AddrInUse, "Address already in use");
+        let e = anyhow::Error::new(inner).context("binding 127.0.0.1:7070: Address already in use").context("starting the store node");
+        assert_eq!(error_text(&e), "starting the store node: binding 127.0.0.1:7070: Address already in use");
+    }
+}

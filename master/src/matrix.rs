@@ -20,6 +20,7 @@ use crate::store_args::StoreArgs;
 pub(crate) enum Command {
     /// Create a matrix generated block by block inside the store.
     Create {
+        /// Name of the new matrix (unique in the store).
         name: String,
         /// Rows (and columns unless --cols is given).
         #[arg(long)]
@@ -43,7 +44,9 @@ pub(crate) enum Command {
     },
     /// Import a 2-D float64 .npy file, block by block.
     Import {
+        /// Name of the new matrix (unique in the store).
         name: String,
+        /// The .npy file: a 2-D float64 array, C or Fortran order, finite values.
         file: PathBuf,
         /// Block size b: blocks are b×b doubles (edge blocks smaller).
         #[arg(long)]
@@ -57,7 +60,9 @@ pub(crate) enum Command {
     /// (no matrix of that name) exports the row permutation of the pivoted LU
     /// job that wrote NAME: int64 `perm` with P·A = A[perm].
     Export {
+        /// Name of the matrix (or NAME.perm, see above).
         name: String,
+        /// The .npy file to write (replaced if it exists; written to FILE.npy.partial first).
         file: PathBuf,
         #[command(flatten)]
         store: StoreArgs,

@@ -404,7 +404,10 @@ fn retry_runs_a_job_whose_task_was_dead_lettered_to_the_right_result() {
     assert!(c["incomplete"].as_str().unwrap().contains("failed job"), "{c}");
 
     let log = master_ok(s, &["job", "log", &job]);
-    assert!(log.contains("15/16 tasks committed") && log.contains("dead-lettered (given up") && log.contains("after 1 orphaning(s)"), "{log}");
+    assert!(
+        log.contains("15/16 tasks committed") && log.contains("dead-lettered (given up") && log.contains("after 1 orphaning(s)"),
+        "{log}"
+    );
     let said = master_ok(s, &["retry", &job]);
     assert!(said.contains("1 dead-lettered task(s) back"), "{said}");
     assert_eq!(status_json(s, &job)["state"], "running");

@@ -38,12 +38,12 @@ struct Args {
     /// (PLACE:N; PLACE one of dequeued, computed, before-commit).
     #[arg(long, value_name = "PLACE:N")]
     kill_at: Option<slave::kill_point::KillPoint>,
-    /// How the thread that runs the tasks' kernels is scheduled. `normal`:
-    /// an ordinary thread. `idle` (Linux `SCHED_IDLE`): it gives way at
-    /// once to any other thread that wakes, so the owner's programs on a
-    /// shared workstation go first, and so do the store node and this
-    /// slave's own I/O (a task's ending took half as long; jobs were not
-    /// faster for it: a multiply with two slaves on two cores 6 % slower).
+    /// How the thread that runs the tasks' kernels is scheduled: `normal`
+    /// competes for the CPU like any program; `idle` (Linux `SCHED_IDLE`)
+    /// gives way at once to anything else that wants the core, so on a
+    /// shared workstation the owner's programs (and the store node) go
+    /// first and the slave uses what they leave. Jobs run about as fast
+    /// either way on an otherwise idle machine.
     #[arg(long, value_enum, default_value_t = slave::compute::ComputePriority::Normal)]
     compute: slave::compute::ComputePriority,
     /// Run N slave processes (one per core: N = the cores to give), named
