@@ -73,7 +73,7 @@ pub(crate) async fn unfinished_outputs(client: &Client) -> anyhow::Result<std::c
         if outputs.is_empty() {
             continue;
         }
-        let state = if ended.contains(&job.id()) { job_status(client, job.id()).await?.state() } else { "running" };
+        let state = if ended.contains(&job.id()) { end_state(client, &job).await? } else { "running" };
         for m in outputs {
             match state {
                 "succeeded" => out.remove(&m),
@@ -82,6 +82,25 @@ pub(crate) async fn unfinished_outputs(client: &Client) -> anyhow::Result<std::c
         }
     }
     Ok(out)
+}
+
+/// The state of a job with an end record, from its end records and its
+/// bags' dead letters: what `JobStatus::state` says, without reading every
+/// task record (a listing of matrices would read them for every job).
+async fn end_state(client: &Client, job: &JobRecord) -> anyhow::Result<&'static str> {
+    let id = job.id();
+    if client.peek_small(&record::cancelled_key(id)).await?.is_some() {
+        return Ok("cancelled");
+    }
+    if client.peek_small(&record::failed_key(id)).await?.is_some() {
+        return Ok("failed");
+    }
+    for bag in &job.bags {
+        if client.bag_stats(bag).await?.dead > 0 {
+            return Ok("failed");
+        }
+    }
+    Ok("succeeded")
 }
 
 /// Elements taken from a bag per action while draining.

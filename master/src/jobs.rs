@@ -147,8 +147,9 @@ pub(crate) async fn submit(cmd: Submit) -> anyhow::Result<()> {
 }
 
 pub(crate) async fn submit_matmul(client: &Client, a: &str, b: &str, out: &str, force: bool) -> anyhow::Result<Uuid> {
-    let a = meta(&client.matrix_by_name(a).await.with_context(|| format!("matrix {a:?}"))?);
-    let b = meta(&client.matrix_by_name(b).await.with_context(|| format!("matrix {b:?}"))?);
+    // The store's NotFound names the matrix already.
+    let a = meta(&client.matrix_by_name(a).await?);
+    let b = meta(&client.matrix_by_name(b).await?);
     let c = create_output(client, out, force, &AppRequest::Matmul { a: &a, b: &b }).await?;
     submit_spec(client, JobSpec::Matmul { job: Uuid::new_v4(), a, b, c }).await
 }

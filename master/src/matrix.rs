@@ -250,7 +250,7 @@ pub(crate) async fn create(
         bail!("an spd matrix must be square, not {rows}x{cols}");
     }
     check_size(name, rows, cols, block)?;
-    let m = client.create_matrix(name, rows, cols, block).await?;
+    let m = create_record(client, name, rows, cols, block).await?;
     let mm = Arc::new(meta(&m));
     let bar = crate::progress::bar(progress, n_blocks(&mm), "generating blocks");
     let result =
@@ -267,6 +267,16 @@ pub(crate) enum ImportError {
     /// or LU of them may even end "succeeded"): refused at the door.
     #[error("element ({row}, {col}) is {value}, in block ({i}, {j}): only finite values can be imported")]
     NonFinite { i: u32, j: u32, row: u64, col: u64, value: f64 },
+}
+
+/// The node's record of a new matrix. A matrix larger than the disk's
+/// free space is `StorageFull`, whose own text says the disk is full: the
+/// node's explanation (what it needs, what is free) says it better.
+async fn create_record(client: &Client, name: &str, rows: u64, cols: u64, block: u32) -> anyhow::Result<MatrixInfo> {
+    client.create_matrix(name, rows, cols, block).await.map_err(|e| match e {
+        store_client::StoreError::StorageFull { what } => anyhow::anyhow!("{what}"),
+        e => e.into(),
+    })
 }
 
 /// Why a matrix cannot be made, found before anything is written (the
@@ -392,7 +402,7 @@ pub(crate) async fn import(client: &Client, name: &str, file: &PathBuf, block: u
     let mut f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let layout = npy::read_header(&mut f).with_context(|| format!("reading {}", file.display()))?;
     check_size(name, layout.rows, layout.cols, block)?;
-    let m = client.create_matrix(name, layout.rows, layout.cols, block).await?;
+    let m = create_record(client, name, layout.rows, layout.cols, block).await?;
     let mm = Arc::new(meta(&m));
     let f = Arc::new(f);
     let bar = crate::progress::bar(true, n_blocks(&mm), "importing blocks");
