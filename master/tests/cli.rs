@@ -602,3 +602,57 @@ fn job_log_says_which_slave_ran_what_and_why_a_run_failed() {
     assert!(text.contains("4/4 tasks committed") && text.contains("failed runs (the task went back to its bag):"), "{text}");
     support::kill_child(slave);
 }
+
+/// A node with a request stuck in a lock wait for a minute (over gRPC,
+/// which the server's graceful stop waits for), and the runtime and
+/// client that keep it there.
+fn node_with_a_stuck_request(dir: &std::path::Path) -> (StoreProc, tokio::runtime::Runtime, store_client::Session) {
+    let store = StoreProc::start(dir, &["--lock-timeout-ms", "60000"]);
+    let rt = support::runtime();
+    let session = rt.block_on(async {
+        let c = store_client::Client::connect(&store.addr, None).await.unwrap().blocks_over_grpc();
+        let session = c.open_session("test").await.unwrap();
+        let holder = session.begin().await.unwrap();
+        holder.write_small("k", b"held").await.unwrap();
+        let waiter = session.begin().await.unwrap();
+        tokio::spawn(async move {
+            let _keep = holder;
+            let _ = waiter.read_small("k", true).await;
+        });
+        session
+    });
+    // The waiter's request is at the node once the node says the session
+    // runs two actions.
+    support::wait_for(std::time::Duration::from_secs(10), || {
+        let all: serde_json::Value = serde_json::from_str(&master_ok(&store.addr, &["slaves", "--json"])).unwrap();
+        all.as_array().unwrap().iter().any(|s| s["name"] == "test" && s["actions"].as_u64() >= Some(2)).then_some(())
+    })
+    .expect("the waiter at the node");
+    (store, rt, session)
+}
+
+#[test]
+fn serve_stops_within_its_grace_with_a_request_stuck_and_at_once_on_a_second_signal() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _rt, _session) = node_with_a_stuck_request(dir.path());
+    let t = std::time::Instant::now();
+    kill(Pid::from_raw(store.child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = support::wait_for(std::time::Duration::from_secs(5), || store.child.try_wait().unwrap()).expect("stopped within 5 s");
+    assert!(status.success() && t.elapsed() >= std::time::Duration::from_secs(2), "{status} after {:?}: the grace was waited", t.elapsed());
+    drop((_rt, _session));
+
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _rt, _session) = node_with_a_stuck_request(dir.path());
+    let t = std::time::Instant::now();
+    kill(Pid::from_raw(store.child.id() as i32), Signal::SIGINT).unwrap();
+    // A check that something does not happen (and two signals sent at
+    // once may be delivered as one): the first Ctrl-C still waits 300 ms
+    // later.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(store.child.try_wait().unwrap().is_none(), "the first Ctrl-C waits for the request");
+    kill(Pid::from_raw(store.child.id() as i32), Signal::SIGINT).unwrap();
+    let status = support::wait_for(std::time::Duration::from_secs(5), || store.child.try_wait().unwrap()).expect("stopped");
+    assert!(status.success() && t.elapsed() < std::time::Duration::from_millis(1500), "{status} after {:?}", t.elapsed());
+}
