@@ -282,7 +282,7 @@ fn worker(mode: &str, args: &Args) -> anyhow::Result<()> {
     };
     if let Some(v) = out {
         println!("RESULT {v}");
-        // Started by the namespace-cluster script rather than by `group`:
+        // Started by `ftbag-hosts run` (crate `netns`) rather than by `group`:
         // print the figures here.
         if std::env::var_os("BSP_HOSTS").is_some() {
             match mode {

@@ -6,7 +6,7 @@
 //! `BSP_NPROCS`, `BSP_RENDEZVOUS` (launcher address), `STORE_TOKEN`, and
 //! optionally `BSP_BIND` (listen address, default `127.0.0.1:0`). A process
 //! may instead get a fixed host list in `BSP_HOSTS` (comma separated, entry
-//! `i` is where process `i` listens), as across the namespace cluster.
+//! `i` is where process `i` listens), as `ftbag-hosts run` gives it.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, ExitStatus};

@@ -14,9 +14,11 @@ use tonic::{Request, Status};
 use uuid::Uuid;
 
 use crate::block::{self, BlockHeader};
-use crate::dataplane::wire::Method;
+use crate::connect::{host_identity, BlocksOver, ConnectOptions};
+use crate::dataplane::wire::{self, Method};
 use crate::dataplane::{DataPlane, Target};
 use crate::proto::{self, store_client::StoreClient};
+use crate::tls::ClientTls;
 use crate::StoreError;
 
 /// Blocks travel in chunks of this size: far below any message limit, big
@@ -91,6 +93,23 @@ pub enum Dequeue {
     NoneAvailable,
 }
 
+/// A node's connections by the way they came in, since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Block data-plane connections over TCP (TLS included).
+    pub data_tcp_connections: u64,
+    /// Block data-plane connections over its Unix socket (clients on its host).
+    pub data_unix_connections: u64,
+    /// Sessions opened over TCP.
+    pub tcp_sessions: u64,
+    /// Sessions opened over its Unix socket.
+    pub unix_sessions: u64,
+    /// Whether its TCP ports serve TLS.
+    pub tls: bool,
+    /// Data-plane connections refused at their hello or TLS handshake.
+    pub refused_connections: u64,
+}
+
 /// Counts for one bag.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BagStats {
@@ -106,41 +125,63 @@ pub struct Client {
     addr: String,
     /// The node's block data plane; `None`: blocks go over gRPC.
     plane: Option<Arc<DataPlane>>,
-    token: Option<String>,
+    options: ConnectOptions,
     /// Whether calls go over the node's Unix socket.
     local_calls: bool,
 }
 
 impl Client {
-    /// Connects once; fails with `StoreUnavailable` if the node is not there.
+    /// Connects once with a token and nothing else (plaintext, local fast
+    /// path allowed); see [`Client::connect_with`].
     pub async fn connect(addr: &str, token: Option<&str>) -> Result<Client> {
-        let auth = match token {
+        Client::connect_with(addr, &ConnectOptions::with_token(token)).await
+    }
+
+    /// Connects once; fails with `StoreUnavailable` if the node is not
+    /// there, `Unauthenticated` for a token or certificate it refuses, and
+    /// `IncompatibleBuild` for a node of another build.
+    ///
+    /// A client on the node's own host (same machine and network
+    /// namespace, whatever address it was given) makes its calls and moves
+    /// its blocks over the node's Unix sockets, once the node has answered
+    /// over them with its own id; elsewhere, or with `options.local` off,
+    /// over TCP (and TLS, when `options.tls` is set).
+    pub async fn connect_with(addr: &str, options: &ConnectOptions) -> Result<Client> {
+        let auth = match &options.token {
             Some(t) => Some(
                 format!("Bearer {t}").parse().map_err(|_| StoreError::InvalidArgument { what: "token is not printable ASCII".into() })?,
             ),
             None => None,
         };
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        let (host, _) = split_host_port(addr)?;
+        let scheme = if options.tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
             .map_err(|e| StoreError::InvalidArgument { what: format!("store address {addr:?}: {e}") })?;
-        let channel = configure(endpoint)
-            .connect()
-            .await
-            .map_err(|e| StoreError::StoreUnavailable { what: format!("cannot connect to the store node at {addr}: {e}") })?;
+        if let Some(tls) = &options.tls {
+            endpoint = endpoint.tls_config(tls.grpc(host)).map_err(|e| StoreError::InvalidArgument { what: format!("TLS: {e}") })?;
+        }
+        let channel = configure(endpoint).connect().await.map_err(|e| connect_failed(addr, options, &e))?;
         let auth = Auth(auth);
         let mut rpc = rpc_over(channel, auth.clone());
-        let Some(info) = data_plane_info(&rpc).await? else {
-            return Ok(Client { rpc, addr: addr.to_owned(), plane: None, token: token.map(str::to_owned), local_calls: false });
-        };
-        let mut local_calls = false;
-        if is_loopback(addr) && !info.rpc_unix_path.is_empty() {
+        let info = data_plane_info(&rpc).await.map_err(|e| first_call_failed(addr, options, e))?;
+        let mut client = Client { rpc: rpc.clone(), addr: addr.to_owned(), plane: None, options: options.clone(), local_calls: false };
+        let Some(info) = info else { return Ok(client) };
+        if info.wire_version != 0 && info.wire_version != u32::from(wire::own_version()) {
+            return Err(StoreError::IncompatibleBuild { client: wire::own_version(), node: info.wire_version as u16 });
+        }
+        if options.local && !info.host_id.is_empty() && info.host_id == host_identity() && !info.rpc_unix_path.is_empty() {
             match local_rpc(&info, auth).await {
-                Ok(local) => (rpc, local_calls) = (local, true),
-                // A node in a container, say: its path is not ours.
+                Ok(local) => (rpc, client.local_calls) = (local, true),
+                // The node's host, but its socket is not reachable from
+                // here (another mount namespace, say).
                 Err(e) => tracing::debug!("no local gRPC socket ({e}); calls go over TCP"),
             }
         }
-        let plane = connect_data_plane(&info, addr, token, true).await?;
-        Ok(Client { rpc, addr: addr.to_owned(), plane, token: token.map(str::to_owned), local_calls })
+        client.rpc = rpc;
+        if options.blocks == BlocksOver::DataPlane {
+            client.plane = connect_data_plane(&info, addr, options, client.local_calls).await?;
+        }
+        Ok(client)
     }
 
     /// This client with blocks over the gRPC stream RPCs instead of the
@@ -155,7 +196,7 @@ impl Client {
     /// node's machine (to compare with its Unix socket).
     pub async fn blocks_over_tcp(mut self) -> Result<Client> {
         self.plane = match data_plane_info(&self.rpc).await? {
-            Some(info) => connect_data_plane(&info, &self.addr, self.token.as_deref(), false).await?,
+            Some(info) => connect_data_plane(&info, &self.addr, &self.options, false).await?,
             None => None,
         };
         Ok(self)
@@ -172,7 +213,7 @@ impl Client {
     }
 
     /// Whether calls go over the node's Unix socket (a client on the
-    /// node's machine that reached it at a loopback address).
+    /// node's host).
     pub fn calls_locally(&self) -> bool {
         self.local_calls
     }
@@ -180,6 +221,12 @@ impl Client {
     /// Whether blocks travel over the node's data plane.
     pub fn has_data_plane(&self) -> bool {
         self.plane.is_some()
+    }
+
+    /// Whether blocks travel over the node's Unix socket (a client on the
+    /// node's host).
+    pub fn blocks_locally(&self) -> bool {
+        self.plane.as_ref().is_some_and(|p| p.is_local())
     }
 
     /// How this client's gets of blocks the node had peeked went
@@ -191,10 +238,17 @@ impl Client {
     /// Connects, retrying with exponential back-off (100 ms up to 2 s) for
     /// at most `patience` (forever if `None`), logging each failure.
     pub async fn connect_retrying(addr: &str, token: Option<&str>, patience: Option<Duration>) -> Result<Client> {
+        Client::connect_with_retrying(addr, &ConnectOptions::with_token(token), patience).await
+    }
+
+    /// [`Client::connect_with`], retrying as [`Client::connect_retrying`]
+    /// does. Errors that waiting cannot cure (a refused token, a node of
+    /// another build, an untrusted certificate) return at once.
+    pub async fn connect_with_retrying(addr: &str, options: &ConnectOptions, patience: Option<Duration>) -> Result<Client> {
         let start = tokio::time::Instant::now();
         let mut delay = Duration::from_millis(100);
         loop {
-            match Client::connect(addr, token).await {
+            match Client::connect_with(addr, options).await {
                 Ok(c) => return Ok(c),
                 Err(e @ StoreError::StoreUnavailable { .. }) => {
                     if patience.is_some_and(|p| start.elapsed() + delay > p) {
@@ -337,6 +391,19 @@ impl Client {
 
     pub async fn list_sessions(&self) -> Result<Vec<proto::SessionInfo>> {
         Ok(self.rpc.clone().list_sessions(proto::Empty {}).await?.into_inner().sessions)
+    }
+
+    /// The node's connections by transport since it started.
+    pub async fn node_stats(&self) -> Result<NodeStats> {
+        let s = self.rpc.clone().stats(proto::Empty {}).await?.into_inner();
+        Ok(NodeStats {
+            data_tcp_connections: s.data_tcp_connections,
+            data_unix_connections: s.data_unix_connections,
+            tcp_sessions: s.tcp_sessions,
+            unix_sessions: s.unix_sessions,
+            tls: s.tls,
+            refused_connections: s.refused_connections,
+        })
     }
 
     /// Test hook (node started with `--test-hooks`): damages a stored block.
@@ -668,13 +735,73 @@ async fn data_plane_info(rpc: &Rpc) -> Result<Option<proto::DataPlaneInfo>> {
     }
 }
 
-fn is_loopback(addr: &str) -> bool {
-    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-    host == "localhost" || host.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+/// `host:port` split; a bare host is refused by name rather than left to
+/// the transport's "invalid URI".
+fn split_host_port(addr: &str) -> Result<(&str, u16)> {
+    let bad = |why: &str| StoreError::InvalidArgument { what: format!("store address {addr:?} {why} (host:port, e.g. storehost:7070)") };
+    let (host, port) = addr.rsplit_once(':').ok_or_else(|| bad("has no port"))?;
+    if host.is_empty() || (host.contains(':') && !host.starts_with('[')) {
+        return Err(bad("is not host:port"));
+    }
+    let port = port.parse().map_err(|_| bad("has no valid port"))?;
+    Ok((host, port))
 }
 
-/// The node's service over its Unix socket, for a client on its machine;
-/// checked to be the same node (it names the same data plane port).
+/// An error's text with its sources, each said once (transport errors
+/// often repeat their source's text in their own).
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out = format!("{out}: {text}");
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// Why the first connection to `addr` failed, in words a user can act on.
+fn connect_failed(addr: &str, options: &ConnectOptions, e: &tonic::transport::Error) -> StoreError {
+    let chain = error_chain(e);
+    let lower = chain.to_lowercase();
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    if lower.contains("certificate") || lower.contains("unknownissuer") || lower.contains("notvalidforname") {
+        return StoreError::Unauthenticated {
+            what: format!("TLS to {addr}: the node's certificate is not trusted by --tls-ca, or does not name {host} ({chain})"),
+        };
+    }
+    let what = if lower.contains("dns error") || lower.contains("failed to lookup") || lower.contains("name or service not known") {
+        format!("cannot resolve the store node's host {host:?} ({chain})")
+    } else if lower.contains("connection refused") {
+        format!("nothing listens at {addr} (connection refused): is `master serve` running there, on that port?")
+    } else if lower.contains("timed out") || lower.contains("deadline") {
+        format!("no answer from {addr} (host down, or a firewall drops the port): {chain}")
+    } else if options.tls.is_some() && (lower.contains("tls") || lower.contains("handshake") || lower.contains("corrupt message")) {
+        format!("TLS handshake with {addr} failed (does the node serve TLS, and may this client present its certificate?): {chain}")
+    } else {
+        format!("cannot connect to the store node at {addr}: {chain}")
+    };
+    StoreError::StoreUnavailable { what }
+}
+
+/// The first call on a fresh connection failed: typed errors stand; a
+/// connection the node dropped at once says what may be wrong.
+fn first_call_failed(addr: &str, options: &ConnectOptions, e: StoreError) -> StoreError {
+    match e {
+        StoreError::StoreUnavailable { what } if options.tls.is_none() => StoreError::StoreUnavailable {
+            what: format!("{addr} answered the first call with a transport failure ({what}); if the node serves TLS, give --tls-ca (STORE_TLS_CA)"),
+        },
+        StoreError::StoreUnavailable { what } => StoreError::StoreUnavailable {
+            what: format!("{addr} answered the first call with a transport failure ({what}); if the node requires client certificates, give --tls-cert and --tls-key"),
+        },
+        e => e,
+    }
+}
+
+/// The node's service over its Unix socket, for a client on its host;
+/// used only when the node answers there with the id it gave over TCP.
 async fn local_rpc(info: &proto::DataPlaneInfo, auth: Auth) -> Result<Rpc> {
     let path = std::path::PathBuf::from(&info.rpc_unix_path);
     let connector = tower::service_fn(move |_: tonic::transport::Uri| {
@@ -688,23 +815,29 @@ async fn local_rpc(info: &proto::DataPlaneInfo, auth: Auth) -> Result<Rpc> {
         .map_err(|e| StoreError::StoreUnavailable { what: format!("the node's Unix socket {}: {e}", info.rpc_unix_path) })?;
     let rpc = rpc_over(channel, auth);
     match data_plane_info(&rpc).await? {
-        Some(there) if there.port == info.port => Ok(rpc),
+        Some(there) if !info.node_id.is_empty() && there.node_id == info.node_id && there.unix_path == info.unix_path => Ok(rpc),
         _ => Err(StoreError::StoreUnavailable { what: format!("{} is another node's socket", info.rpc_unix_path) }),
     }
 }
 
-/// Opens the data plane `info` describes. A client on the node's machine
-/// (reached over loopback, and `local`) uses its Unix socket.
-async fn connect_data_plane(info: &proto::DataPlaneInfo, addr: &str, token: Option<&str>, local: bool) -> Result<Option<Arc<DataPlane>>> {
-    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-    if local && is_loopback(addr) && !info.unix_path.is_empty() {
-        match DataPlane::connect(Target::Unix(info.unix_path.clone().into()), token).await {
+/// Opens the data plane `info` describes: its Unix socket when `local`
+/// (the node's Unix gRPC socket answered with its id, so this socket
+/// beside it is the same node's), else its TCP port on the host of `addr`.
+async fn connect_data_plane(
+    info: &proto::DataPlaneInfo,
+    addr: &str,
+    options: &ConnectOptions,
+    local: bool,
+) -> Result<Option<Arc<DataPlane>>> {
+    let token = options.token.as_deref();
+    if local && !info.unix_path.is_empty() {
+        match DataPlane::connect(Target::Unix(info.unix_path.clone().into()), token, None).await {
             Ok(plane) => return Ok(Some(Arc::new(plane))),
             Err(e @ StoreError::Unauthenticated { .. }) => return Err(e),
-            // A node in a container, say: its path is not ours.
             Err(e) => tracing::debug!("no local data plane ({e}); blocks go over TCP"),
         }
     }
+    let (host, _) = split_host_port(addr)?;
     let port = info.port;
     let unreachable = |e: std::io::Error| StoreError::StoreUnavailable { what: format!("block data plane at {host}:{port}: {e}") };
     let plane_addr = tokio::net::lookup_host(format!("{host}:{port}"))
@@ -712,7 +845,11 @@ async fn connect_data_plane(info: &proto::DataPlaneInfo, addr: &str, token: Opti
         .map_err(unreachable)?
         .next()
         .ok_or_else(|| unreachable(std::io::Error::other("no address")))?;
-    Ok(Some(Arc::new(DataPlane::connect(Target::Tcp(plane_addr), token).await?)))
+    let tls = match &options.tls {
+        Some(tls) => Some((tls.connector(), ClientTls::server_name(host)?)),
+        None => None,
+    };
+    Ok(Some(Arc::new(DataPlane::connect(Target::Tcp(plane_addr), token, tls).await?)))
 }
 
 /// Writes a block under an overwrite lock of `action`: over the data plane

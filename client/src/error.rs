@@ -45,6 +45,10 @@ pub enum StoreError {
     /// The node cannot be reached (connection refused, reset, timed out).
     #[error("store node unavailable: {what}")]
     StoreUnavailable { what: String },
+    /// Client and node are of different builds: their data-plane wire
+    /// versions differ. Retrying cannot help.
+    #[error("client and store node are of different builds (data-plane wire version {client} here, {node} at the node): run the same build on both")]
+    IncompatibleBuild { client: u16, node: u16 },
 }
 
 impl StoreError {
@@ -84,6 +88,9 @@ impl StoreError {
             SessionExpired { session } => (Code::Aborted, ErrorKind::SessionExpired, String::new(), *session),
             ShuttingDown => (Code::Unavailable, ErrorKind::ShuttingDown, String::new(), 0),
             StoreUnavailable { what } => (Code::Unavailable, ErrorKind::Unknown, what.clone(), 0),
+            IncompatibleBuild { client, node } => {
+                (Code::FailedPrecondition, ErrorKind::IncompatibleBuild, String::new(), (u64::from(*client) << 16) | u64::from(*node))
+            }
         }
     }
 
@@ -136,6 +143,7 @@ impl StoreError {
             ErrorKind::Unauthenticated => Unauthenticated { what },
             ErrorKind::SessionExpired => SessionExpired { session: id },
             ErrorKind::ShuttingDown => ShuttingDown,
+            ErrorKind::IncompatibleBuild => IncompatibleBuild { client: (id >> 16) as u16, node: id as u16 },
             ErrorKind::Unknown => return Err(format!("an error of unknown kind {}: {what}", d.kind)),
         })
     }
@@ -183,6 +191,7 @@ mod tests {
             StoreError::Unauthenticated { what: "token".into() },
             StoreError::SessionExpired { session: 9 },
             StoreError::ShuttingDown,
+            StoreError::IncompatibleBuild { client: 9, node: 8 },
         ];
         for e in all {
             assert_eq!(StoreError::from_status(&e.to_status()), e);

@@ -24,8 +24,10 @@ mod alloc;
 pub mod block;
 pub mod checksum;
 mod client;
+mod connect;
 pub mod dataplane;
 mod error;
+mod tls;
 
 /// Generated protobuf types and gRPC stubs; the node's RPC layer uses them
 /// directly, everyone else goes through [`Client`].
@@ -36,10 +38,14 @@ pub mod proto {
 
 pub use alloc::{reuse_block_buffers, BlockAllocator};
 pub use client::{
-    Action, BagStats, BlockData, BlockReader, BlockWriter, Client, Dequeue, MatrixInfo, Session, Task, CHUNK_BYTES, MAX_FRAME_BYTES,
-    MAX_MESSAGE_BYTES,
+    Action, BagStats, BlockData, BlockReader, BlockWriter, Client, Dequeue, MatrixInfo, NodeStats, Session, Task, CHUNK_BYTES,
+    MAX_FRAME_BYTES, MAX_MESSAGE_BYTES,
 };
+#[cfg(feature = "cli")]
+pub use connect::ConnectArgs;
+pub use connect::{host_identity, BlocksOver, ConnectOptions};
 pub use error::StoreError;
+pub use tls::{ClientTls, ServerTls};
 
 /// The default address of a store node.
 pub const DEFAULT_STORE_ADDR: &str = "127.0.0.1:7070";

@@ -1,12 +1,14 @@
 //! `master`: the command line of the system. It runs store nodes and talks
 //! to them; it holds no state of its own and is not needed while a job runs.
 
+mod certs;
 mod choices;
 mod control;
 mod demo;
 mod joblog;
 mod jobs;
 mod matrix;
+mod node_cmd;
 mod npy;
 mod out;
 mod progress;
@@ -45,6 +47,10 @@ enum Command {
     /// or not (they reconnect when it is back); a second one stops it at
     /// once.
     Serve(serve::Args),
+    /// Make a private CA and certificates for TLS between the hosts of a cluster.
+    Certs(certs::Args),
+    /// The store node's connections by transport (TCP or its Unix sockets), TLS, refusals.
+    Node(node_cmd::Args),
     /// The whole story on one machine: embedded store, local slaves, a job, a slave killed halfway, verified.
     Demo(demo::Args),
     /// Create, import, export, list, inspect and delete matrices.
@@ -185,6 +191,8 @@ fn with_exit_status(cmd: clap::Command) -> clap::Command {
 async fn run(command: Command) -> anyhow::Result<bool> {
     match command {
         Command::Serve(args) => serve::run(args).await.map(|()| true),
+        Command::Certs(args) => certs::run(args).map(|()| true),
+        Command::Node(args) => node_cmd::run(args).await.map(|()| true),
         Command::Demo(args) => demo::run(args).await,
         Command::Matrix(cmd) => matrix::run(cmd).await.map(|()| true),
         Command::Submit(cmd) => jobs::submit(cmd).await.map(|()| true),
@@ -267,6 +275,7 @@ async fn run(command: Command) -> anyhow::Result<bool> {
                         serde_json::json!({
                             "session": s.session,
                             "name": s.client_name,
+                            "host": host_of(&s.peer),
                             "peer": s.peer,
                             "age_s": Duration::from_millis(s.age_ms).as_secs_f64(),
                             "since_heartbeat_ms": s.since_heartbeat_ms,
@@ -277,13 +286,14 @@ async fn run(command: Command) -> anyhow::Result<bool> {
                 outln!("{}", serde_json::Value::Array(all));
                 return Ok(true);
             }
-            outln!("{:>16} {:<24} {:<22} {:>8} {:>10} {:>7}", "session", "name", "peer", "age s", "heartbeat", "actions");
+            outln!("{:>16} {:<24} {:<22} {:>8} {:>10} {:>7}", "session", "name", "host", "age s", "heartbeat", "actions");
             for s in client.list_sessions().await? {
+                let host = host_of(&s.peer);
                 outln!(
                     "{:>16} {:<24} {:<22} {:>8.1} {:>8}ms {:>7}",
                     s.session,
                     s.client_name,
-                    s.peer,
+                    host,
                     Duration::from_millis(s.age_ms).as_secs_f64(),
                     s.since_heartbeat_ms,
                     s.n_actions
@@ -293,6 +303,11 @@ async fn run(command: Command) -> anyhow::Result<bool> {
         }
         Command::Image(cmd) => demo::image(cmd).await.map(|()| true),
     }
+}
+
+/// The address the node sees a session at, less its port: the slave's host.
+fn host_of(peer: &str) -> &str {
+    peer.rsplit_once(':').map_or(peer, |(h, _)| h)
 }
 
 #[cfg(test)]

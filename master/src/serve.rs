@@ -12,17 +12,37 @@ pub(crate) struct Args {
     /// Directory of the RocksDB store (created if missing; recovered after a crash).
     #[arg(long)]
     data: PathBuf,
-    /// Address to listen on. Loopback unless you mean to serve other machines.
+    /// Address of the gRPC port (control calls). Loopback unless you mean
+    /// to serve other machines; any other address needs --token (or
+    /// --insecure).
     #[arg(long, default_value = store_client::DEFAULT_STORE_ADDR)]
     listen: SocketAddr,
-    /// Address of the block data plane (plain TCP that carries block gets
-    /// and puts; clients learn it over gRPC). Default: the --listen IP with
-    /// a port the system picks; give one to open it in a firewall.
+    /// Address of the block data plane (the TCP port that carries block
+    /// gets and puts; clients learn it over gRPC). Default: the --listen
+    /// IP with a port the system picks; give a fixed one (e.g. 0.0.0.0:7071)
+    /// to open it in a firewall.
     #[arg(long)]
     data_listen: Option<SocketAddr>,
-    /// Shared cluster token that every client must present.
-    #[arg(long, env = "STORE_TOKEN")]
+    /// Shared cluster token that every client must present (on both ports).
+    #[arg(long, env = "STORE_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Serve a non-loopback address without a token: anyone who can reach
+    /// the ports can read, write and delete everything. Only on a network
+    /// you trust.
+    #[arg(long)]
+    insecure: bool,
+    /// PEM certificate chain of this node: both TCP ports serve TLS
+    /// (clients then need --tls-ca). It must name the host or IP address
+    /// clients use in STORE_ADDR. `master certs` makes one.
+    #[arg(long, env = "STORE_TLS_CERT", value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// Private key of --tls-cert.
+    #[arg(long, env = "STORE_TLS_KEY", value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// PEM CA certificate: clients must present a certificate it signed
+    /// (mutual TLS), besides the token.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
     /// RocksDB block cache size in MiB.
     #[arg(long, default_value_t = 256)]
     cache_mib: usize,
@@ -65,6 +85,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let mut config = store::Config::new(args.data.clone(), args.listen);
     config.data_listen = args.data_listen;
     config.token = args.token;
+    config.insecure = args.insecure;
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        config.tls = Some(store_client::ServerTls::from_files(cert, key, args.tls_client_ca.as_deref())?);
+    }
     config.cache_mib = args.cache_mib;
     config.node.lease = Duration::from_millis(args.lease_ms);
     config.node.lock_timeout = Duration::from_millis(args.lock_timeout_ms);

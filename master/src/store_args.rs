@@ -1,17 +1,13 @@
-//! The `--store` / `--token` pair every client subcommand takes.
+//! The connection flags every client subcommand takes.
 
 use std::time::Duration;
 
-use store_client::Client;
+use store_client::{Client, ConnectArgs, StoreError};
 
 #[derive(clap::Args, Clone, Debug)]
 pub(crate) struct StoreArgs {
-    /// Address of the store node.
-    #[arg(long, env = "STORE_ADDR", default_value = store_client::DEFAULT_STORE_ADDR)]
-    pub(crate) store: String,
-    /// Shared cluster token, if the store node requires one.
-    #[arg(long, env = "STORE_TOKEN")]
-    pub(crate) token: Option<String>,
+    #[command(flatten)]
+    pub(crate) connect: ConnectArgs,
     /// Seconds to keep retrying while the store node is unreachable.
     #[arg(long, default_value_t = 30)]
     pub(crate) patience_s: u64,
@@ -19,8 +15,13 @@ pub(crate) struct StoreArgs {
 
 impl StoreArgs {
     pub(crate) async fn connect(&self) -> anyhow::Result<Client> {
-        Client::connect_retrying(&self.store, self.token.as_deref(), Some(Duration::from_secs(self.patience_s)))
-            .await
-            .map_err(|e| anyhow::anyhow!("{e} (is `master serve` running at {}?)", self.store))
+        let options = self.connect.options()?;
+        let addr = &self.connect.store;
+        Client::connect_with_retrying(addr, &options, Some(Duration::from_secs(self.patience_s))).await.map_err(|e| match e {
+            StoreError::StoreUnavailable { .. } => {
+                anyhow::anyhow!("{e} (tried for {} s; is `master serve` running at {addr}?)", self.patience_s)
+            }
+            e => e.into(),
+        })
     }
 }

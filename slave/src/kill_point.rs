@@ -8,6 +8,8 @@
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use nix::sys::signal::Signal;
+
 /// Where in a task the slave dies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KillPlace {
@@ -64,26 +66,44 @@ impl std::fmt::Display for KillPoint {
     }
 }
 
-/// A slave's kill point and how many tasks reached its place so far.
+/// A slave's kill and stop points, each with how many tasks reached its
+/// place so far.
 #[derive(Debug, Default)]
 pub(crate) struct KillSwitch {
-    point: Option<KillPoint>,
+    armed: Vec<Armed>,
+}
+
+#[derive(Debug)]
+struct Armed {
+    point: KillPoint,
+    signal: Signal,
     reached: AtomicU32,
 }
 
 impl KillSwitch {
-    pub(crate) fn new(point: Option<KillPoint>) -> Self {
-        KillSwitch { point, reached: AtomicU32::new(0) }
+    /// `kill`: SIGKILL there; `stop`: SIGSTOP there (the slave freezes,
+    /// heartbeats included, until SIGCONT: a zombie whose lease lapses
+    /// and whose late requests the node must fence).
+    pub(crate) fn new(kill: Option<KillPoint>, stop: Option<KillPoint>) -> Self {
+        let armed = [(kill, Signal::SIGKILL), (stop, Signal::SIGSTOP)]
+            .into_iter()
+            .filter_map(|(p, signal)| p.map(|point| Armed { point, signal, reached: AtomicU32::new(0) }))
+            .collect();
+        KillSwitch { armed }
     }
 
-    /// Dies here if this is the kill point.
+    /// Dies (or stops) here if this is a kill (or stop) point.
     pub(crate) fn reached(&self, place: KillPlace) {
-        let Some(point) = self.point.filter(|p| p.place == place) else { return };
-        if self.reached.fetch_add(1, Ordering::SeqCst) + 1 == point.task {
-            tracing::warn!("kill point {point}: SIGKILL");
-            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
-            // SIGKILL cannot be caught; should raise fail, die as abruptly.
-            std::process::abort();
+        for a in self.armed.iter().filter(|a| a.point.place == place) {
+            if a.reached.fetch_add(1, Ordering::SeqCst) + 1 != a.point.task {
+                continue;
+            }
+            tracing::warn!("{} point {}: {}", if a.signal == Signal::SIGKILL { "kill" } else { "stop" }, a.point, a.signal);
+            let _ = nix::sys::signal::raise(a.signal);
+            if a.signal == Signal::SIGKILL {
+                // SIGKILL cannot be caught; should raise fail, die as abruptly.
+                std::process::abort();
+            }
         }
     }
 }
@@ -104,12 +124,12 @@ mod tests {
 
     #[test]
     fn a_switch_passes_other_places_and_earlier_tasks() {
-        let k = KillSwitch::new(Some(KillPoint { place: KillPlace::Computed, task: 3 }));
+        let k = KillSwitch::new(Some(KillPoint { place: KillPlace::Computed, task: 3 }), None);
         k.reached(KillPlace::Computed);
         k.reached(KillPlace::Dequeued);
         k.reached(KillPlace::BeforeCommit);
         k.reached(KillPlace::Computed);
-        assert_eq!(k.reached.load(Ordering::SeqCst), 2, "only its own place counts");
-        KillSwitch::new(None).reached(KillPlace::Dequeued);
+        assert_eq!(k.armed[0].reached.load(Ordering::SeqCst), 2, "only its own place counts");
+        KillSwitch::new(None, None).reached(KillPlace::Dequeued);
     }
 }

@@ -15,12 +15,8 @@ static ALLOCATOR: store_client::BlockAllocator = store_client::BlockAllocator::n
 #[derive(Parser)]
 #[command(name = "slave", version, about = "A stateless worker of the fault-tolerant bag of tasks")]
 struct Args {
-    /// Address of the store node.
-    #[arg(long, env = "STORE_ADDR", default_value = store_client::DEFAULT_STORE_ADDR)]
-    store: String,
-    /// Shared cluster token, if the store node requires one.
-    #[arg(long, env = "STORE_TOKEN")]
-    token: Option<String>,
+    #[command(flatten)]
+    connect: store_client::ConnectArgs,
     /// Name shown by `master slaves` (default: slave-<pid>).
     #[arg(long)]
     name: Option<String>,
@@ -38,6 +34,10 @@ struct Args {
     /// (PLACE:N; PLACE one of dequeued, computed, before-commit).
     #[arg(long, value_name = "PLACE:N")]
     kill_at: Option<slave::kill_point::KillPoint>,
+    /// Fault tests: SIGSTOP this slave at PLACE of its N-th task (PLACE:N,
+    /// as --kill-at); it stays frozen until SIGCONT.
+    #[arg(long, value_name = "PLACE:N")]
+    stop_at: Option<slave::kill_point::KillPoint>,
     /// How the thread that runs the tasks' kernels is scheduled: `normal`
     /// competes for the CPU like any program; `idle` (Linux `SCHED_IDLE`)
     /// gives way at once to anything else that wants the core, so on a
@@ -88,13 +88,14 @@ fn main() -> anyhow::Result<()> {
         return supervise::run(n as usize, args_for_each(), name);
     }
     let config = slave::SlaveConfig {
-        store: args.store,
-        token: args.token,
+        store: args.connect.store.clone(),
+        connect: args.connect.options()?,
         name: args.name.unwrap_or_else(|| format!("slave-{}", std::process::id())),
         exit_when_idle: args.exit_when_idle,
         job: args.job,
         dequeue_wait: Duration::from_millis(args.dequeue_wait_ms),
         kill_point: args.kill_at,
+        stop_point: args.stop_at,
         compute: args.compute,
     };
     // One worker thread: the task computes on its compute thread, and the

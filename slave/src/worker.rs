@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use apps::job::{run_task, ErrorClass};
-use store_client::{Action, Client, Dequeue, Session, StoreError, Task};
+use store_client::{Action, Client, ConnectOptions, Dequeue, Session, StoreError, Task};
 use uuid::Uuid;
 
 use crate::compute::{ComputePriority, ComputeThread};
@@ -19,7 +19,8 @@ use crate::record::{self, Failure, JobRecord, TaskDone};
 #[derive(Clone, Debug)]
 pub struct SlaveConfig {
     pub store: String,
-    pub token: Option<String>,
+    /// Token, TLS, network path.
+    pub connect: ConnectOptions,
     pub name: String,
     /// Exit when no job is running instead of waiting for the next one.
     pub exit_when_idle: bool,
@@ -29,6 +30,8 @@ pub struct SlaveConfig {
     pub dequeue_wait: Duration,
     /// Crash tests: where this slave SIGKILLs itself.
     pub kill_point: Option<KillPoint>,
+    /// Fault tests: where this slave SIGSTOPs itself.
+    pub stop_point: Option<KillPoint>,
     /// How the compute thread is scheduled beside the slave's I/O and the
     /// store node.
     pub compute: ComputePriority,
@@ -38,7 +41,7 @@ pub struct SlaveConfig {
 pub async fn run(config: SlaveConfig) -> Result<(), StoreError> {
     // A kill point counts the tasks of this process, and the compute
     // thread lives as long: both outlast reconnections.
-    let kill = Arc::new(KillSwitch::new(config.kill_point));
+    let kill = Arc::new(KillSwitch::new(config.kill_point, config.stop_point));
     let compute = Arc::new(
         ComputeThread::start(config.compute, tokio::runtime::Handle::current())
             .map_err(|e| StoreError::StoreUnavailable { what: format!("starting the compute thread: {e}") })?,
@@ -101,7 +104,7 @@ struct Slave {
 
 impl Slave {
     async fn connect(config: SlaveConfig, kill: Arc<KillSwitch>, compute: Arc<ComputeThread>) -> Result<Slave, StoreError> {
-        let client = Client::connect_retrying(&config.store, config.token.as_deref(), None).await?;
+        let client = Client::connect_with_retrying(&config.store, &config.connect, None).await?;
         let session = client.open_session(&config.name).await?;
         tracing::info!(session = session.id(), "slave {} connected to {}", config.name, config.store);
         Ok(Slave {

@@ -19,16 +19,18 @@ use store_client::block::{BlockHeader, HEADER_LEN};
 
 use store_client::dataplane::splice::PipeReader;
 use store_client::dataplane::wire::{self, Op, Reply, Request, REQUEST_LEN};
-use store_client::dataplane::{fdpass, size_buffers, unix_conn::UnixConn, Stream};
+use store_client::dataplane::{detect_dead_peers, fdpass, size_buffers, unix_conn::UnixConn, Stream};
 use store_client::StoreError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 
 use crate::blocks::MAX_BLOCK;
 use crate::keys::BlockKey;
 use crate::node::Node;
 use crate::readahead::Readahead;
+use crate::transports::Transports;
 
 /// A client that connects must say hello within this.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -45,13 +47,33 @@ enum ConnError {
 
 /// Accepts data-plane connections (TCP, and Unix if `unix` is given) until
 /// the task is aborted, which also ends every connection it started.
-pub(crate) async fn serve(tcp: TcpListener, unix: Option<UnixListener>, node: Arc<Node>, token: Option<String>) {
+pub(crate) async fn serve(
+    tcp: TcpListener,
+    unix: Option<UnixListener>,
+    node: Arc<Node>,
+    token: Option<String>,
+    tls: Option<TlsAcceptor>,
+    transports: Arc<Transports>,
+) {
     let token: Arc<[u8]> = token.unwrap_or_default().into_bytes().into();
     let mut connections = JoinSet::new();
-    let spawn = |connections: &mut JoinSet<()>, s: Stream, peer: String| {
-        let (node, token) = (node.clone(), token.clone());
+    let spawn = |connections: &mut JoinSet<()>, s: Incoming, peer: String| {
+        let (node, token, tls, transports) = (node.clone(), token.clone(), tls.clone(), transports.clone());
         connections.spawn(async move {
-            if let Err(e) = connection(s, &node, &token).await {
+            let served = async {
+                let s = match (s, tls) {
+                    (Incoming::Tcp(s), Some(tls)) => tokio::time::timeout(HELLO_TIMEOUT, handshake(s, &tls))
+                        .await
+                        .map_err(|_| ConnError::Refused("no TLS handshake in time".into()))??,
+                    (Incoming::Tcp(s), None) => Box::new(s),
+                    (Incoming::Unix(s), _) => s,
+                };
+                connection(s, &node, &token).await
+            };
+            if let Err(e) = served.await {
+                if matches!(e, ConnError::Refused(_) | ConnError::Wire(_)) {
+                    Transports::count(&transports.refused);
+                }
                 tracing::debug!(%peer, "data plane connection closed: {e}");
             }
         });
@@ -62,7 +84,11 @@ pub(crate) async fn serve(tcp: TcpListener, unix: Option<UnixListener>, node: Ar
                 Ok((s, peer)) => {
                     let _ = s.set_nodelay(true);
                     size_buffers(&s);
-                    spawn(&mut connections, Box::new(s), peer.to_string());
+                    // A host that vanishes mid-put frees its connection
+                    // and its staged file.
+                    detect_dead_peers(&s);
+                    Transports::count(&transports.data_tcp);
+                    spawn(&mut connections, Incoming::Tcp(s), peer.to_string());
                 }
                 Err(e) => accept_failed(e).await,
             },
@@ -70,7 +96,8 @@ pub(crate) async fn serve(tcp: TcpListener, unix: Option<UnixListener>, node: Ar
                 Ok((s, _)) => match UnixConn::from_tokio(s) {
                     Ok(s) => {
                         size_buffers(&s);
-                        spawn(&mut connections, Box::new(s), "unix socket".into());
+                        Transports::count(&transports.data_unix);
+                        spawn(&mut connections, Incoming::Unix(Box::new(s)), "unix socket".into());
                     }
                     Err(e) => tracing::warn!("data plane: a Unix connection not taken: {e}"),
                 },
@@ -79,6 +106,29 @@ pub(crate) async fn serve(tcp: TcpListener, unix: Option<UnixListener>, node: Ar
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
+}
+
+/// A connection as accepted, before its TLS handshake (TCP only).
+enum Incoming {
+    Tcp(TcpStream),
+    Unix(Stream),
+}
+
+/// The TLS handshake of a data-plane connection. A client that sends a
+/// plaintext hello to a node that requires TLS is told so in plaintext, in
+/// the reply format it reads, rather than left with a closed connection.
+async fn handshake(s: TcpStream, tls: &TlsAcceptor) -> Result<Stream, ConnError> {
+    let mut first = [0u8; 1];
+    if s.peek(&mut first).await? == 1 && first[0] == wire::HELLO_MAGIC[0] {
+        let e = StoreError::Unauthenticated {
+            what: "this store node's data plane requires TLS: give the client --tls-ca (STORE_TLS_CA)".into(),
+        };
+        let mut plain: Stream = Box::new(s);
+        send_error(&mut plain, &e).await?;
+        return Err(ConnError::Refused(e.to_string()));
+    }
+    let s = tls.accept(s).await.map_err(|e| ConnError::Refused(format!("TLS handshake: {e}")))?;
+    Ok(Box::new(s))
 }
 
 /// Out of descriptors, say: keep serving the connections there are, and
@@ -549,7 +599,16 @@ async fn call(node: &Arc<Node>, method: u32, body: &[u8]) -> Result<Vec<u8>, Sto
 async fn hello(s: &mut Stream, token: &[u8]) -> Result<(), ConnError> {
     let mut head = [0u8; 8];
     s.read_exact(&mut head).await?;
-    let len = wire::decode_hello_head(&head)?;
+    let len = match wire::decode_hello_head(&head) {
+        Ok(len) => len,
+        // A client of another build: say so, in the reply head every
+        // version reads, rather than close on it (it would retry for ever).
+        Err(wire::WireError::BadVersion(client)) => {
+            send_error(s, &StoreError::IncompatibleBuild { client, node: wire::VERSION }).await?;
+            return Err(wire::WireError::BadVersion(client).into());
+        }
+        Err(e) => return Err(e.into()),
+    };
     let mut got = vec![0u8; len];
     s.read_exact(&mut got).await?;
     if !token.is_empty() && !wire::tokens_equal(&got, token) {

@@ -20,11 +20,13 @@ mod dataplane;
 mod db;
 mod files;
 mod keys;
+mod listen;
 mod node;
 mod open_files;
 mod readahead;
 mod rpc;
 mod spliced;
+mod transports;
 mod undo;
 
 use std::net::SocketAddr;
@@ -33,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use store_client::proto::store_server::StoreServer;
-use store_client::{StoreError, MAX_FRAME_BYTES, MAX_MESSAGE_BYTES};
+use store_client::{host_identity, ServerTls, StoreError, MAX_FRAME_BYTES, MAX_MESSAGE_BYTES};
 use tokio::sync::watch;
 use tonic::{Request, Status};
 
@@ -61,6 +63,12 @@ pub struct Config {
     pub data_listen: Option<SocketAddr>,
     /// Clients must present this shared token.
     pub token: Option<String>,
+    /// TLS on the gRPC and data-plane TCP ports (the Unix sockets, for
+    /// clients on this host, stay plain).
+    pub tls: Option<ServerTls>,
+    /// Serve a non-loopback address without a token. Off, such a node
+    /// refuses to start ([`ServeError::Insecure`]).
+    pub insecure: bool,
     /// RocksDB block cache, MiB.
     pub cache_mib: usize,
     pub node: NodeConfig,
@@ -68,7 +76,7 @@ pub struct Config {
 
 impl Config {
     pub fn new(data: PathBuf, listen: SocketAddr) -> Config {
-        Config { data, listen, data_listen: None, token: None, cache_mib: 256, node: NodeConfig::default() }
+        Config { data, listen, data_listen: None, token: None, tls: None, insecure: false, cache_mib: 256, node: NodeConfig::default() }
     }
 }
 
@@ -84,6 +92,13 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
     #[error("server task failed: {0}")]
     Join(#[from] tokio::task::JoinError),
+    /// A node that other hosts can reach, with nothing to tell its
+    /// clients from anyone else's.
+    #[error(
+        "refusing to serve {addr} without a cluster token: other hosts can reach it. Give --token (or STORE_TOKEN), \
+         or --insecure to serve it open on a network you trust"
+    )]
+    Insecure { addr: SocketAddr },
 }
 
 /// A serving node.
@@ -139,6 +154,11 @@ impl Running {
 // The token interceptor's closure returns tonic's `Status`, a large `Err`.
 #[allow(clippy::result_large_err)]
 pub async fn start(config: Config) -> Result<Running, ServeError> {
+    for addr in [Some(config.listen), config.data_listen].into_iter().flatten() {
+        if !addr.ip().is_loopback() && config.token.is_none() && !config.insecure {
+            return Err(ServeError::Insecure { addr });
+        }
+    }
     let (db, recovered) =
         db::Db::open(&config.data, config.cache_mib).map_err(|source| ServeError::Open { path: config.data.clone(), source })?;
     tracing::info!(
@@ -157,19 +177,21 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     let listener = tokio::net::TcpListener::bind(config.listen).await.map_err(|source| ServeError::Bind { addr: config.listen, source })?;
     let addr = listener.local_addr().map_err(|source| ServeError::Bind { addr: config.listen, source })?;
 
-    // `Server::tcp_nodelay` only reaches sockets that tonic accepts itself
-    // (`serve`), not an incoming stream we hand it: set it here, or Nagle
-    // holds a response's last small write until the client's delayed ACK,
-    // 40 ms later (seen as 44 ms stalls on block gets and commits).
-    let incoming = tonic::transport::server::TcpIncoming::from_listener(listener, true, None)
-        .map_err(|e| ServeError::Bind { addr, source: std::io::Error::other(e) })?;
     let data_addr = config.data_listen.unwrap_or(SocketAddr::new(addr.ip(), 0));
     let data_listener = tokio::net::TcpListener::bind(data_addr).await.map_err(|source| ServeError::Bind { addr: data_addr, source })?;
     let data_addr = data_listener.local_addr().map_err(|source| ServeError::Bind { addr: data_addr, source })?;
     let data_port = data_addr.port();
     let (unix_path, unix_listener) = bind_unix(&config.data.join(DATA_SOCKET), "local block transfers").unzip();
     let (rpc_unix_path, rpc_unix_listener) = bind_unix(&config.data.join(RPC_SOCKET), "local clients' calls").unzip();
-    let data_plane = tokio::spawn(dataplane::serve(data_listener, unix_listener, node.clone(), config.token.clone()));
+    let transports = Arc::new(transports::Transports::default());
+    let data_plane = tokio::spawn(dataplane::serve(
+        data_listener,
+        unix_listener,
+        node.clone(),
+        config.token.clone(),
+        config.tls.as_ref().map(ServerTls::acceptor),
+        transports.clone(),
+    ));
     let reaper = spawn_reaper(node.clone());
     // At shutdown the session streams end first: the servers' graceful
     // shutdown waits for them.
@@ -182,9 +204,10 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
         }
     });
     let token = config.token.clone().map(|t| format!("Bearer {t}"));
-    let service = StoreServer::new(rpc::Rpc { node, data_port, unix_path, rpc_unix_path })
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let node_id = uuid::Uuid::new_v4();
+    let rpc =
+        rpc::Rpc { node, data_port, unix_path, rpc_unix_path, node_id, host_id: host_identity(), transports, tls: config.tls.is_some() };
+    let service = StoreServer::new(rpc).max_decoding_message_size(MAX_MESSAGE_BYTES).max_encoding_message_size(MAX_MESSAGE_BYTES);
     // One service, two ways in: TCP, and the Unix socket for local clients.
     let router = || {
         let token = token.clone();
@@ -201,7 +224,28 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
             .layer(tonic::service::interceptor(move |req: Request<()>| check_token(token.as_deref(), req)))
             .add_service(service.clone())
     };
-    let server = router().serve_with_incoming_shutdown(incoming, shutdown_signal(stopped.clone()));
+    type Serving = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>>;
+    let server: Serving = match &config.tls {
+        Some(tls) => {
+            let (secure, plain) = listen::tls(listener, tls.acceptor());
+            // Plaintext clients of a TLS node get every call refused with
+            // the reason, rather than a dropped connection read as an outage.
+            let refuse = |_: Request<()>| -> Result<Request<()>, Status> {
+                Err(StoreError::Unauthenticated { what: "this store node requires TLS: give the client --tls-ca (STORE_TLS_CA)".into() }
+                    .to_status())
+            };
+            let refusing = tonic::transport::Server::builder()
+                .layer(tonic::service::interceptor(refuse))
+                .add_service(service.clone())
+                .serve_with_incoming_shutdown(plain, shutdown_signal(stopped.clone()));
+            let secure = router().serve_with_incoming_shutdown(secure, shutdown_signal(stopped.clone()));
+            Box::pin(async move {
+                let (secure, refusing) = tokio::join!(secure, refusing);
+                secure.and(refusing)
+            })
+        }
+        None => Box::pin(router().serve_with_incoming_shutdown(listen::plain(listener), shutdown_signal(stopped.clone()))),
+    };
     let local_server = rpc_unix_listener
         .map(|l| router().serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(l), shutdown_signal(stopped)));
     let task = tokio::spawn(async move {
@@ -220,7 +264,13 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
         }
         r.and(local).map_err(ServeError::from)
     });
-    tracing::info!("store node listening on {addr} (block data plane on port {data_port})");
+    let tls = match &config.tls {
+        Some(t) if t.is_mutual() => "TLS, client certificates required",
+        Some(_) => "TLS",
+        None => "plaintext",
+    };
+    let auth = if config.token.is_some() { "token required" } else { "no token" };
+    tracing::info!("store node listening on {addr} (gRPC) and {data_addr} (block data plane), {tls}, {auth}");
     Ok(Running { addr, data_addr, stop, task, writes_stopped })
 }
 
@@ -246,8 +296,9 @@ fn bind_unix(path: &std::path::Path, what: &str) -> Option<(PathBuf, tokio::net:
 #[allow(clippy::result_large_err)]
 fn check_token(expected: Option<&str>, req: Request<()>) -> Result<Request<()>, Status> {
     let Some(expected) = expected else { return Ok(req) };
-    match req.metadata().get("authorization").and_then(|v| v.to_str().ok()) {
-        Some(got) if got == expected => Ok(req),
+    match req.metadata().get("authorization").map(|v| v.as_bytes()) {
+        // Constant time: how far a guess matched must not show in the time.
+        Some(got) if store_client::dataplane::wire::tokens_equal(got, expected.as_bytes()) => Ok(req),
         Some(_) => Err(StoreError::Unauthenticated { what: "wrong cluster token".into() }.to_status()),
         None => {
             Err(StoreError::Unauthenticated { what: "this store node needs the cluster token (--token / STORE_TOKEN)".into() }.to_status())

@@ -24,6 +24,7 @@ use uuid::Uuid;
 use crate::blocks::MAX_BLOCK;
 use crate::keys::BlockKey;
 use crate::node::Node;
+use crate::transports::Transports;
 
 /// The longest a blocking dequeue may wait in one call.
 const MAX_DEQUEUE_WAIT: Duration = Duration::from_secs(60);
@@ -36,6 +37,12 @@ pub(crate) struct Rpc {
     pub(crate) unix_path: Option<std::path::PathBuf>,
     /// This service's own Unix socket, for clients on this machine.
     pub(crate) rpc_unix_path: Option<std::path::PathBuf>,
+    /// Random per start: a client checks that a Unix socket is this node's.
+    pub(crate) node_id: Uuid,
+    /// This node's machine and network namespace (`host_identity`).
+    pub(crate) host_id: String,
+    pub(crate) transports: Arc<Transports>,
+    pub(crate) tls: bool,
 }
 
 type Reply<T> = Result<Response<T>, Status>;
@@ -178,6 +185,7 @@ impl Store for Rpc {
     async fn open_session(&self, req: Request<Streaming<proto::Heartbeat>>) -> Reply<Self::OpenSessionStream> {
         // No address: the client came over the Unix socket.
         let peer = req.remote_addr().map_or_else(|| "this machine".to_owned(), |a| a.to_string());
+        Transports::count(if req.remote_addr().is_some() { &self.transports.tcp_sessions } else { &self.transports.unix_sessions });
         let mut incoming = req.into_inner();
         let first = incoming.message().await?.ok_or_else(|| invalid("a session opens with a heartbeat"))?;
         let (id, mut ended) = self.node.open_session(first.client_name, peer);
@@ -221,7 +229,14 @@ impl Store for Rpc {
             port: self.data_port as u32,
             unix_path: path(&self.unix_path),
             rpc_unix_path: path(&self.rpc_unix_path),
+            wire_version: u32::from(store_client::dataplane::wire::VERSION),
+            node_id: self.node_id.as_bytes().to_vec().into(),
+            host_id: self.host_id.clone(),
         }))
+    }
+
+    async fn stats(&self, _: Request<proto::Empty>) -> Reply<proto::NodeStats> {
+        Ok(Response::new(self.transports.snapshot(self.tls)))
     }
 
     async fn begin(&self, req: Request<proto::BeginRequest>) -> Reply<proto::BeginReply> {

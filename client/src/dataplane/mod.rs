@@ -35,6 +35,13 @@ const SOCKET_BUFFER: usize = 4 << 20;
 /// Probes that tell a dead peer (a node whose machine vanished) from a
 /// slow one, so a transfer never hangs for ever.
 const KEEPALIVE: Duration = Duration::from_secs(5);
+/// How long sent data may stay unacknowledged before the kernel gives the
+/// connection up (`TCP_USER_TIMEOUT`): keepalive probes only run on an
+/// idle connection, and a put into a vanished host is not idle.
+const UNACKNOWLEDGED: Duration = Duration::from_secs(30);
+/// A data port that does not answer within this (a firewall that drops
+/// it, a host gone) fails the connection, naming the port.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Payloads up to this are read on the calling task. From the page cache
 /// 2 MiB take about 0.2 ms, no longer than the two thread hand-offs of the
@@ -100,6 +107,8 @@ pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send {
     }
 }
 impl Conn for TcpStream {}
+impl Conn for tokio_rustls::client::TlsStream<TcpStream> {}
+impl Conn for tokio_rustls::server::TlsStream<TcpStream> {}
 impl Conn for UnixConn {
     fn unix(&self) -> Option<&UnixConn> {
         Some(self)
@@ -164,9 +173,24 @@ pub fn size_buffers(socket: &impl std::os::fd::AsFd) {
     let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
 }
 
+/// Makes a data-plane TCP connection (either end) notice a peer that
+/// vanished: keepalive probes while it is idle, and a limit on how long
+/// sent data may go unacknowledged. Best effort.
+pub fn detect_dead_peers(socket: &TcpStream) {
+    let sock = socket2::SockRef::from(socket);
+    let keepalive = socket2::TcpKeepalive::new().with_time(KEEPALIVE).with_interval(KEEPALIVE).with_retries(3);
+    let _ = sock.set_tcp_keepalive(&keepalive);
+    let _ = sock.set_tcp_user_timeout(Some(UNACKNOWLEDGED));
+}
+
+/// TLS to a node's data port: the connector and the name its certificate
+/// must carry.
+pub(crate) type TlsTo = (tokio_rustls::TlsConnector, tokio_rustls::rustls::pki_types::ServerName<'static>);
+
 /// Connections to one node's data plane.
 pub(crate) struct DataPlane {
     target: Target,
+    tls: Option<TlsTo>,
     hello: Vec<u8>,
     idle: Mutex<Vec<Stream>>,
     /// Set once a `vmsplice` failed for another reason than a closed pipe
@@ -179,9 +203,10 @@ pub(crate) struct DataPlane {
 impl DataPlane {
     /// Opens a first connection, so a wrong token or an unreachable port is
     /// known at once rather than on the first block.
-    pub(crate) async fn connect(target: Target, token: Option<&str>) -> Result<DataPlane> {
+    pub(crate) async fn connect(target: Target, token: Option<&str>, tls: Option<TlsTo>) -> Result<DataPlane> {
         let plane = DataPlane {
             target,
+            tls,
             hello: wire::encode_hello(token.unwrap_or("").as_bytes()),
             idle: Mutex::new(Vec::new()),
             no_pipes: Default::default(),
@@ -197,6 +222,7 @@ impl DataPlane {
     pub(crate) async fn without_pipes(&self) -> Result<DataPlane> {
         let plane = DataPlane {
             target: self.target.clone(),
+            tls: self.tls.clone(),
             hello: self.hello.clone(),
             idle: Mutex::new(Vec::new()),
             no_pipes: true.into(),
@@ -211,13 +237,31 @@ impl DataPlane {
         let io = |e: std::io::Error| self.unavailable(format!("connecting: {e}"));
         match &self.target {
             Target::Tcp(addr) => {
-                let mut s = TcpStream::connect(addr).await.map_err(io)?;
+                let timed_out = || {
+                    self.unavailable(format!(
+                        "no answer within {} s (a firewall that drops the data port? open it, or use --blocks-over grpc)",
+                        CONNECT_TIMEOUT.as_secs()
+                    ))
+                };
+                let mut s = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await.map_err(|_| timed_out())?.map_err(io)?;
                 s.set_nodelay(true).map_err(io)?;
                 size_buffers(&s);
-                let keepalive = socket2::TcpKeepalive::new().with_time(KEEPALIVE).with_interval(KEEPALIVE);
-                let _ = socket2::SockRef::from(&s).set_tcp_keepalive(&keepalive);
-                self.hello(&mut s).await?;
-                Ok(Box::new(s))
+                detect_dead_peers(&s);
+                match &self.tls {
+                    Some((connector, name)) => {
+                        let handshake = connector.connect(name.clone(), s);
+                        let mut s = tokio::time::timeout(CONNECT_TIMEOUT, handshake)
+                            .await
+                            .map_err(|_| timed_out())?
+                            .map_err(|e| self.tls_failed(e))?;
+                        tokio::time::timeout(CONNECT_TIMEOUT, self.hello(&mut s)).await.map_err(|_| timed_out())??;
+                        Ok(Box::new(s))
+                    }
+                    None => {
+                        tokio::time::timeout(CONNECT_TIMEOUT, self.hello(&mut s)).await.map_err(|_| timed_out())??;
+                        Ok(Box::new(s))
+                    }
+                }
             }
             Target::Unix(path) => {
                 let mut socket = UnixConn::connect(path).await.map_err(io)?;
@@ -271,6 +315,21 @@ impl DataPlane {
 
     fn unavailable(&self, what: String) -> StoreError {
         StoreError::StoreUnavailable { what: format!("block data plane at {}: {what}", self.target) }
+    }
+
+    /// A refused certificate is no outage: retrying cannot cure it.
+    fn tls_failed(&self, e: std::io::Error) -> StoreError {
+        let text = crate::client::error_chain(&e);
+        if text.to_lowercase().contains("certificate") {
+            StoreError::Unauthenticated { what: format!("TLS to the block data plane at {}: {text}", self.target) }
+        } else {
+            self.unavailable(format!("TLS handshake: {text}"))
+        }
+    }
+
+    /// Whether this is the node's Unix socket.
+    pub(crate) fn is_local(&self) -> bool {
+        matches!(self.target, Target::Unix(_))
     }
 
     /// Reads one reply head: `Ok(Ok(len))` for success with `len` bytes to

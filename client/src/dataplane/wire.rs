@@ -327,10 +327,18 @@ impl Reply {
     }
 }
 
+/// The version this process's hellos carry: [`VERSION`], or, to test how
+/// a node answers a client of another build, the one the environment
+/// variable `FTBAG_SIMULATE_WIRE_VERSION` names.
+pub fn own_version() -> u16 {
+    static OWN: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+    *OWN.get_or_init(|| std::env::var("FTBAG_SIMULATE_WIRE_VERSION").ok().and_then(|v| v.parse().ok()).unwrap_or(VERSION))
+}
+
 pub fn encode_hello(token: &[u8]) -> Vec<u8> {
     let mut b = Vec::with_capacity(8 + token.len());
     b.extend_from_slice(&HELLO_MAGIC);
-    b.extend_from_slice(&VERSION.to_le_bytes());
+    b.extend_from_slice(&own_version().to_le_bytes());
     b.extend_from_slice(&(token.len() as u16).to_le_bytes());
     b.extend_from_slice(token);
     b

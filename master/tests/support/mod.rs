@@ -40,9 +40,15 @@ impl StoreProc {
     }
 
     pub fn start_on(data: &Path, listen: &str, extra: &[&str]) -> StoreProc {
-        let mut child = dies_with_test(&mut Command::new(env!("CARGO_BIN_EXE_master")))
-            .args(["serve", "--data", data.to_str().unwrap(), "--listen", listen])
-            .args(extra)
+        Self::spawn(
+            Command::new(env!("CARGO_BIN_EXE_master")).args(["serve", "--data", data.to_str().unwrap(), "--listen", listen]).args(extra),
+        )
+    }
+
+    /// Starts `cmd` (a `master serve` command line, e.g. inside a
+    /// namespace host) and waits for its listening line.
+    pub fn spawn(cmd: &mut Command) -> StoreProc {
+        let mut child = dies_with_test(cmd)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -212,7 +218,19 @@ pub fn slave(store: &str, name: &str, extra: &[&str]) -> Child {
 /// run, and each dies within its first two tasks. Plain slaves started
 /// beside the last of them took a multi-step job's last, narrow steps
 /// first: nine kills once.)
-pub fn run_slaves_with_kill_points(store: &str, n: usize, kills: usize, seed: u64, mut ended: impl FnMut() -> bool) -> Vec<String> {
+pub fn run_slaves_with_kill_points(store: &str, n: usize, kills: usize, seed: u64, ended: impl FnMut() -> bool) -> Vec<String> {
+    run_slaves_with_kill_points_by(|k, extra| slave(store, &format!("slave-{k}"), extra), n, kills, seed, ended)
+}
+
+/// [`run_slaves_with_kill_points`], each slave started by `start(k,
+/// extra)` (its k-th start, with extra flags): on namespace hosts, say.
+pub fn run_slaves_with_kill_points_by(
+    mut start: impl FnMut(usize, &[&str]) -> Child,
+    n: usize,
+    kills: usize,
+    seed: u64,
+    mut ended: impl FnMut() -> bool,
+) -> Vec<String> {
     use rand::{Rng, SeedableRng};
     use std::os::unix::process::ExitStatusExt;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
@@ -229,7 +247,7 @@ pub fn run_slaves_with_kill_points(store: &str, n: usize, kills: usize, seed: u6
     let mut spawn = |slaves: &mut Vec<(Child, Option<String>)>, points: &mut Vec<String>| {
         let point = points.pop();
         let extra: Vec<&str> = point.as_deref().map(|p| vec!["--kill-at", p]).unwrap_or_default();
-        slaves.push((slave(store, &format!("slave-{started}"), &extra), point));
+        slaves.push((start(started, &extra), point));
         started += 1;
     };
     for _ in 0..n {
