@@ -13,6 +13,7 @@ use store_client::Client;
 use uuid::Uuid;
 
 use crate::jobs;
+use crate::out::{errln, outln};
 use crate::source::{meta, with_source};
 use crate::store_args::StoreArgs;
 
@@ -33,14 +34,16 @@ pub(crate) struct Args {
     /// How many times to SIGKILL a slave (evenly through the run) and start a replacement.
     #[arg(long, default_value_t = 1)]
     kills: usize,
-    /// Cholesky variant.
-    #[arg(long, default_value = "dag")]
-    variant: String,
-    /// Ray tracing: sphereflake level, image side and grain (scanlines per task).
+    /// Cholesky: how the factorisation is split into bags of tasks.
+    #[arg(long, value_enum, default_value_t = crate::choices::Variant::Dag)]
+    variant: crate::choices::Variant,
+    /// Ray tracing: sphereflake recursion level.
     #[arg(long, default_value_t = 3)]
     level: u32,
+    /// Ray tracing: image width and height in pixels.
     #[arg(long, default_value_t = 512)]
     side: u32,
+    /// Ray tracing: scanlines per task.
     #[arg(long, default_value_t = 8)]
     grain: u32,
     /// Keep the store's data here instead of a temporary directory.
@@ -55,7 +58,9 @@ pub(crate) struct Args {
 pub(crate) enum ImageCommand {
     /// Write a ray-traced image (by the --out name given at submit) as PNG.
     Export {
+        /// The image's name (`--out` of `master submit raytrace`).
         name: String,
+        /// The PNG file to write.
         out: PathBuf,
         #[command(flatten)]
         store: StoreArgs,
@@ -130,7 +135,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<bool> {
     config.cache_mib = args.cache_mib;
     let node = store::start(config).await.context("starting the embedded store node")?;
     let addr = node.addr().to_string();
-    eprintln!("store node on {addr}, data in {}", data.display());
+    errln!("store node on {addr}, data in {}", data.display());
     let client = Client::connect(&addr, None).await?;
     let exe = std::env::current_exe()?.with_file_name("slave");
     if !exe.exists() {
@@ -140,7 +145,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<bool> {
     for _ in 0..args.slaves {
         slaves.spawn()?;
     }
-    eprintln!("{} slaves started (logs in {})", args.slaves, tmp.path().display());
+    errln!("{} slaves started (logs in {})", args.slaves, tmp.path().display());
     let apps: Vec<&str> = if args.app == "all" { vec!["matmul", "cholesky", "lu", "raytrace"] } else { vec![args.app.as_str()] };
     let mut all_ok = true;
     for app in apps {
@@ -153,17 +158,17 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<bool> {
 
 async fn run_app(args: &Args, app: &str, client: &Client, slaves: &mut Slaves) -> anyhow::Result<bool> {
     let (n, b) = (args.n, args.block);
-    eprintln!("== {app}: n = {n}, b = {b}, {} slaves, {} kill(s)", args.slaves, args.kills);
+    errln!("== {app}: n = {n}, b = {b}, {} slaves, {} kill(s)", args.slaves, args.kills);
     let id = match app {
         "matmul" => {
             crate::matrix::create(client, "A", n, n, b, MatrixKind::Random, 1, true).await?;
             crate::matrix::create(client, "B", n, n, b, MatrixKind::Random, 2, true).await?;
-            jobs::submit_matmul(client, "A", "B", "C").await?
+            jobs::submit_matmul(client, "A", "B", "C", false).await?
         }
         "cholesky" => {
             let a = meta(&crate::matrix::create(client, "S", n, n, b, MatrixKind::Spd, 3, true).await?);
             let l = meta(&client.create_matrix("L", n, n, b).await?);
-            let variant: CholeskyVariant = args.variant.parse().map_err(|e| anyhow::anyhow!("--variant: {e}"))?;
+            let variant: CholeskyVariant = args.variant.into();
             let spec = JobSpec::Cholesky { job: Uuid::new_v4(), a, l, variant, flag_timeout_ms: apps::cholesky::DEFAULT_FLAG_TIMEOUT_MS };
             jobs::submit_spec(client, spec).await?
         }
@@ -209,14 +214,14 @@ async fn run_app(args: &Args, app: &str, client: &Client, slaves: &mut Slaves) -
     }
     let verified = jobs::verify(client, id).await?;
     let flops = apps::job::flops(&status.record.spec);
-    println!("{app}: {} tasks in {elapsed:.1} s", status.record.total_tasks());
+    outln!("{app}: {} tasks in {elapsed:.1} s", status.record.total_tasks());
     if flops > 0.0 {
-        println!("  rate              {:.2} GFLOP/s", flops / elapsed / 1e9);
+        outln!("  rate              {:.2} GFLOP/s", flops / elapsed / 1e9);
     }
     jobs::print_task_times(&status);
-    println!("  slaves killed     {kills_done} (SIGKILL), each replaced");
-    println!("  tasks redone      {} (their first run was lost with a killed slave)", status.n_redone());
-    println!("  tasks committed   {} once each, {} more than once", status.n_done(), status.n_duplicates());
-    println!("  verified          {}", if verified { "yes" } else { "NO" });
+    outln!("  slaves killed     {kills_done} (SIGKILL), each replaced");
+    outln!("  tasks redone      {} (their first run was lost with a killed slave)", status.n_redone());
+    outln!("  tasks committed   {} once each, {} more than once", status.n_done(), status.n_duplicates());
+    outln!("  verified          {}", if verified { "yes" } else { "NO" });
     Ok(verified && status.n_duplicates() == 0)
 }

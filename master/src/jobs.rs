@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use apps::job::{output_shapes, plan, AppRequest, CholeskyVariant, JobSpec, LuSchedule};
-use slave::record::{self, Failure, JobRecord, TaskDone, TaskTimes};
+use slave::record::{self, Cancelled, Failure, JobRecord, TaskDone, TaskTimes};
 use store_client::Client;
 use uuid::Uuid;
 
+use crate::choices::{Schedule, Variant};
+use crate::out::{errln, outln};
 use crate::source::{meta, with_source};
 use crate::store_args::StoreArgs;
 
@@ -18,22 +20,34 @@ use crate::store_args::StoreArgs;
 pub(crate) enum Submit {
     /// C = A·B, one task per block of C.
     Matmul {
+        /// Name of the left operand A.
         a: String,
+        /// Name of the right operand B (as many rows as A has columns, the same block size).
         b: String,
         /// Name of the output matrix (created).
         #[arg(long)]
         out: String,
+        /// Replace the output matrix if one of that name exists (refused
+        /// while a running job reads or writes it).
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         store: StoreArgs,
     },
     /// A = L·Lᵀ (left-looking, lower factor in OUT, upper triangle zero).
     Cholesky {
+        /// Name of the symmetric positive definite matrix A (only its lower blocks are read).
         a: String,
+        /// Name of the output matrix L (created, A's shape and blocks).
         #[arg(long)]
         out: String,
-        /// single-bag | multi-step-1 | multi-step-2 | dag.
-        #[arg(long, default_value = "dag")]
-        variant: String,
+        /// Replace the output matrix if one of that name exists (refused
+        /// while a running job reads or writes it).
+        #[arg(long)]
+        force: bool,
+        /// How the factorisation is split into bags of tasks.
+        #[arg(long, value_enum, default_value_t = Variant::Dag)]
+        variant: Variant,
         /// single-bag: first wait on a ready flag (ms), doubled per retry.
         #[arg(long)]
         flag_timeout_ms: Option<u64>,
@@ -42,23 +56,24 @@ pub(crate) enum Submit {
     },
     /// P·A = L·U (packed as LAPACK does in OUT).
     Lu {
+        /// Name of the square matrix A.
         a: String,
+        /// Name of the output matrix (created, A's shape and blocks): L below the diagonal (unit diagonal implied), U on and above.
         #[arg(long)]
         out: String,
+        /// Replace the output matrix if one of that name exists (refused
+        /// while a running job reads or writes it).
+        #[arg(long)]
+        force: bool,
         /// Partial pivoting (otherwise A should be diagonally dominant).
         #[arg(long)]
         pivot: bool,
-        /// `bags`: the source's bags per block column (multiply, factor,
-        /// solve; with --pivot: multiply, panel, swap, solve), barriers
-        /// between. `dag`: one bag; each commit enqueues the tasks whose
-        /// last input it wrote, no barriers. Without pivoting the dag runs
-        /// the bags' tasks (the same bits, faster: n=16384, b=2048, 2
-        /// slaves: 39.9 s against 45.0 s); with --pivot it is right-looking
-        /// (each update applies its panel's interchanges to the column it
-        /// holds anyway, the next panel runs beside the step's updates).
-        /// Default: dag.
-        #[arg(long, value_parser = ["bags", "dag"])]
-        schedule: Option<String>,
+        /// How the factorisation is split into bags of tasks. Without
+        /// --pivot both run the same tasks and give the same bits, the dag
+        /// faster (no barriers); with --pivot the dag is right-looking (the
+        /// next panel runs beside the step's updates).
+        #[arg(long, value_enum, default_value_t = Schedule::Dag)]
+        schedule: Schedule,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -70,8 +85,10 @@ pub(crate) enum Submit {
         /// Sphereflake recursion level.
         #[arg(long, default_value_t = 3)]
         level: u32,
+        /// Image width in pixels.
         #[arg(long, default_value_t = 512)]
         width: u32,
+        /// Image height in pixels.
         #[arg(long, default_value_t = 512)]
         height: u32,
         /// Scanlines per task.
@@ -95,12 +112,12 @@ pub(crate) async fn submit(cmd: Submit) -> anyhow::Result<()> {
         }
     };
     let id = match cmd {
-        Submit::Matmul { a, b, out, .. } => submit_matmul(&client, &a, &b, &out).await?,
-        Submit::Cholesky { a, out, variant, flag_timeout_ms, .. } => {
-            let variant: CholeskyVariant = variant.parse().map_err(|e| anyhow::anyhow!("--variant: {e}"))?;
+        Submit::Matmul { a, b, out, force, .. } => submit_matmul(&client, &a, &b, &out, force).await?,
+        Submit::Cholesky { a, out, force, variant, flag_timeout_ms, .. } => {
+            let variant: CholeskyVariant = variant.into();
             let a = meta(&client.matrix_by_name(&a).await?);
             let id = Uuid::new_v4();
-            let l = create_output(&client, &out, &AppRequest::Cholesky { a: &a }).await?;
+            let l = create_output(&client, &out, force, &AppRequest::Cholesky { a: &a }).await?;
             let spec = JobSpec::Cholesky {
                 job: id,
                 a,
@@ -110,13 +127,10 @@ pub(crate) async fn submit(cmd: Submit) -> anyhow::Result<()> {
             };
             submit_spec(&client, spec).await?
         }
-        Submit::Lu { a, out, pivot, schedule, .. } => {
-            let schedule: LuSchedule = match schedule {
-                Some(name) => name.parse().map_err(|e| anyhow::anyhow!("--schedule: {e}"))?,
-                None => LuSchedule::Dag,
-            };
+        Submit::Lu { a, out, force, pivot, schedule, .. } => {
+            let schedule: LuSchedule = schedule.into();
             let a = meta(&client.matrix_by_name(&a).await?);
-            let lu = create_output(&client, &out, &AppRequest::Lu { a: &a }).await?;
+            let lu = create_output(&client, &out, force, &AppRequest::Lu { a: &a }).await?;
             submit_spec(&client, JobSpec::Lu { job: Uuid::new_v4(), a, lu, pivot, schedule }).await?
         }
         Submit::Raytrace { scene, level, width, height, grain, samples, out, .. } => {
@@ -128,22 +142,36 @@ pub(crate) async fn submit(cmd: Submit) -> anyhow::Result<()> {
             submit_spec(&client, JobSpec::Raytrace { job: Uuid::new_v4(), name: out, params }).await?
         }
     };
-    println!("{id}");
+    outln!("{id}");
     Ok(())
 }
 
-pub(crate) async fn submit_matmul(client: &Client, a: &str, b: &str, out: &str) -> anyhow::Result<Uuid> {
-    let a = meta(&client.matrix_by_name(a).await.with_context(|| format!("matrix {a:?}"))?);
-    let b = meta(&client.matrix_by_name(b).await.with_context(|| format!("matrix {b:?}"))?);
-    let c = create_output(client, out, &AppRequest::Matmul { a: &a, b: &b }).await?;
+pub(crate) async fn submit_matmul(client: &Client, a: &str, b: &str, out: &str, force: bool) -> anyhow::Result<Uuid> {
+    // The store's NotFound names the matrix already.
+    let a = meta(&client.matrix_by_name(a).await?);
+    let b = meta(&client.matrix_by_name(b).await?);
+    let c = create_output(client, out, force, &AppRequest::Matmul { a: &a, b: &b }).await?;
     submit_spec(client, JobSpec::Matmul { job: Uuid::new_v4(), a, b, c }).await
 }
 
-/// Checks the inputs fit, then creates the single output matrix.
-async fn create_output(client: &Client, name: &str, req: &AppRequest<'_>) -> anyhow::Result<apps::block::MatrixMeta> {
+/// Checks the inputs fit, then creates the single output matrix (with
+/// `force`, in place of one of that name that no running job uses).
+async fn create_output(client: &Client, name: &str, force: bool, req: &AppRequest<'_>) -> anyhow::Result<apps::block::MatrixMeta> {
     let shapes = output_shapes(req)?;
     let s = shapes.first().context("this job has no output matrix")?;
-    let m = client.create_matrix(name, s.n_rows, s.n_cols, s.block).await?;
+    if force {
+        match crate::matrix::remove(client, name, false).await {
+            Ok(()) => {}
+            Err(e)
+                if e.downcast_ref::<store_client::StoreError>().is_some_and(|e| matches!(e, store_client::StoreError::NotFound { .. })) => {
+            }
+            Err(e) => return Err(e.context(format!("replacing matrix {name:?} (--force)"))),
+        }
+    }
+    let m = client.create_matrix(name, s.n_rows, s.n_cols, s.block).await.map_err(|e| match e {
+        store_client::StoreError::AlreadyExists { .. } => anyhow::anyhow!("{e} (give --force to replace it)"),
+        e => e.into(),
+    })?;
     Ok(meta(&m))
 }
 
@@ -161,7 +189,7 @@ pub(crate) async fn submit_spec(client: &Client, spec: JobSpec) -> anyhow::Resul
         let plan = plan(&spec)?;
         if let JobSpec::Cholesky { l, .. } = &spec {
             // L's upper blocks are zero and no task writes them.
-            let ids = apps::cholesky::upper_zero_blocks(l).map(|b| (b.i, b.j)).collect();
+            let ids: Vec<(u32, u32)> = apps::cholesky::upper_zero_blocks(l).map(|b| (b.i, b.j)).collect();
             let bar = crate::progress::bar(false, 0, "");
             crate::matrix::fill(client, &std::sync::Arc::new(l.clone()), ids, &bar, |mm, i, j| {
                 let (r, c) = mm.block_shape(i, j);
@@ -219,6 +247,7 @@ pub(crate) struct JobStatus {
     pub(crate) record: JobRecord,
     pub(crate) per_bag: Vec<BagProgress>,
     pub(crate) failed: Option<Failure>,
+    pub(crate) cancelled: Option<Cancelled>,
     pub(crate) finished_ms: Option<u64>,
     pub(crate) done: Vec<TaskDone>,
 }
@@ -238,7 +267,31 @@ impl JobStatus {
     }
 
     pub(crate) fn flops_done(&self) -> f64 {
-        self.done.iter().map(|d| d.flops).sum()
+        // An empty f64 sum is -0.0, which printed as "-0.00 GFLOP/s".
+        self.done.iter().map(|d| d.flops).sum::<f64>() + 0.0
+    }
+
+    /// When the job ended (finished, failed, cancelled), if it has.
+    pub(crate) fn ended_ms(&self) -> Option<u64> {
+        self.finished_ms.or(self.failed.as_ref().map(|f| f.at_ms)).or(self.cancelled.as_ref().map(|c| c.at_ms))
+    }
+
+    /// Seconds from its submit to its end, or to now.
+    pub(crate) fn elapsed_s(&self) -> f64 {
+        self.ended_ms().unwrap_or_else(record::now_ms).saturating_sub(self.record.submitted_ms) as f64 / 1e3
+    }
+
+    /// GFLOP/s over its run; `None` for a job whose tasks count no flops.
+    pub(crate) fn gflops(&self) -> Option<f64> {
+        let f = self.flops_done();
+        (f > 0.0).then(|| f / self.elapsed_s().max(1e-9) / 1e9)
+    }
+
+    /// Seconds left at the pace so far; `None` unless it runs, some task
+    /// is done and a slave is alive (with none, nothing will move).
+    pub(crate) fn left_s(&self, slaves: usize) -> Option<f64> {
+        let (done, total) = (self.n_done(), self.record.total_tasks());
+        (self.state() == "running" && done > 0 && slaves > 0).then(|| self.elapsed_s() * total.saturating_sub(done) as f64 / done as f64)
     }
 
     /// Where the committed tasks' time went: kernels, waits for a core
@@ -270,7 +323,9 @@ impl JobStatus {
     }
 
     pub(crate) fn state(&self) -> &'static str {
-        if self.failed.is_some() || self.n_dead() > 0 || self.finished_short() {
+        if self.cancelled.is_some() {
+            "cancelled"
+        } else if self.failed.is_some() || self.n_dead() > 0 || self.finished_short() {
             "failed"
         } else if self.finished_ms.is_some() {
             "succeeded"
@@ -289,6 +344,10 @@ pub(crate) async fn job_status(client: &Client, id: Uuid) -> anyhow::Result<JobS
     // finished short of its last tasks).
     let failed = match client.peek_small(&record::failed_key(id)).await? {
         Some(v) => Some(serde_json::from_slice(&v).context("unreadable failure record")?),
+        None => None,
+    };
+    let cancelled = match client.peek_small(&record::cancelled_key(id)).await? {
+        Some(v) => Some(serde_json::from_slice(&v).context("unreadable cancel record")?),
         None => None,
     };
     let finished_ms = client.peek_small(&record::finished_key(id)).await?.map(|v| u64::from_le_bytes(v[..8].try_into().unwrap_or([0; 8])));
@@ -311,7 +370,7 @@ pub(crate) async fn job_status(client: &Client, id: Uuid) -> anyhow::Result<JobS
             dead: s.dead,
         });
     }
-    Ok(JobStatus { record, per_bag, failed, finished_ms, done })
+    Ok(JobStatus { record, per_bag, failed, cancelled, finished_ms, done })
 }
 
 pub(crate) async fn all_jobs(client: &Client) -> anyhow::Result<Vec<JobRecord>> {
@@ -335,10 +394,15 @@ pub(crate) async fn resolve(client: &Client, job: &str) -> anyhow::Result<Uuid> 
     }
 }
 
-fn failure_line(s: &JobStatus) -> String {
+pub(crate) fn failure_line(s: &JobStatus) -> String {
     match &s.failed {
+        Some(f) if f.task.is_empty() => format!("failed: {} (slave {})", f.reason, f.slave),
         Some(f) => format!("failed: {} (task {} of bag {}, slave {})", f.reason, f.task, f.bag, f.slave),
-        None if s.n_dead() > 0 => format!("failed: {} task(s) dead-lettered after repeated slave deaths", s.n_dead()),
+        None if s.n_dead() > 0 => format!(
+            "failed: {} task(s) dead-lettered after repeated slave deaths (`master retry {}` runs them again)",
+            s.n_dead(),
+            s.record.id()
+        ),
         None => format!(
             "failed: marked finished with {} of {} tasks committed; its output is incomplete (a store or slave bug: please report it)",
             s.n_done(),
@@ -355,22 +419,86 @@ const END_POLL: Duration = Duration::from_millis(20);
 /// to this late (a job seemed to take 0.25 s longer than it did).
 const STATUS_POLL: Duration = Duration::from_millis(250);
 
-/// Waits for the job to end; Ok(true) when it succeeded.
-pub(crate) async fn wait(client: &Client, id: Uuid, bar: Option<&indicatif::ProgressBar>) -> anyhow::Result<bool> {
+/// A client that outlives store-node restarts: a call that loses the node
+/// connects again (retrying for the user's `--patience-s`) and is made
+/// again. For the commands that watch a job for minutes (`wait`, `status
+/// --watch`), which a restart of the node used to end with `Broken pipe`
+/// or `http2 error` while the job itself went on.
+pub(crate) struct Reconnecting {
+    store: StoreArgs,
+    client: Client,
+}
+
+impl Reconnecting {
+    pub(crate) async fn connect(store: &StoreArgs) -> anyhow::Result<Reconnecting> {
+        Ok(Reconnecting { store: store.clone(), client: store.connect().await? })
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Runs `f` until it succeeds or fails for another reason than a lost
+    /// node, or the node stays away past the patience.
+    pub(crate) async fn call<T, F, Fut>(&mut self, f: F) -> anyhow::Result<T>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<T>>,
+    {
+        loop {
+            match f(self.client.clone()).await {
+                Ok(v) => return Ok(v),
+                Err(e) if lost_the_node(&e) => {
+                    tracing::warn!(
+                        "lost the store node at {} ({e:#}); reconnecting for up to {} s",
+                        self.store.store,
+                        self.store.patience_s
+                    );
+                    self.client = self.store.connect().await.context("the store node did not come back within --patience-s")?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Whether `e` says the connection to the node was lost (the node
+/// stopped, crashed or restarted), not that it refused the request.
+fn lost_the_node(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<store_client::StoreError>().is_some_and(store_client::StoreError::needs_reconnect))
+}
+
+/// Waits for the job to end; Ok(true) when it succeeded. Rides through
+/// restarts of the store node (see [`Reconnecting`]).
+pub(crate) async fn wait(conn: &mut Reconnecting, id: Uuid, bar: Option<&indicatif::ProgressBar>) -> anyhow::Result<bool> {
     let mut status_due = tokio::time::Instant::now();
+    let mut said = false;
     loop {
-        let ended =
-            client.peek_small(&record::finished_key(id)).await?.is_some() || client.peek_small(&record::failed_key(id)).await?.is_some();
+        let ended = conn
+            .call(|c| async move {
+                Ok(c.peek_small(&record::finished_key(id)).await?.is_some() || c.peek_small(&record::failed_key(id)).await?.is_some())
+            })
+            .await?;
         if ended || tokio::time::Instant::now() >= status_due {
-            let s = job_status(client, id).await?;
+            let s = conn.call(|c| async move { job_status(&c, id).await }).await?;
+            if !said {
+                tracing::info!("waiting for job {id}");
+                said = true;
+            }
             if let Some(bar) = bar {
+                let n_slaves = conn.call(|c| async move { slaves(&c).await }).await?;
                 bar.set_length(s.record.total_tasks() as u64);
                 bar.set_position(s.n_done() as u64);
+                bar.set_message(watch_line(&s, n_slaves));
             }
             match s.state() {
                 "succeeded" => return Ok(true),
                 "failed" => {
-                    eprintln!("job {id} {}", failure_line(&s));
+                    errln!("job {id} {}", failure_line(&s));
+                    return Ok(false);
+                }
+                "cancelled" => {
+                    errln!("job {id} was cancelled");
                     return Ok(false);
                 }
                 _ => status_due = tokio::time::Instant::now() + STATUS_POLL,
@@ -380,34 +508,115 @@ pub(crate) async fn wait(client: &Client, id: Uuid, bar: Option<&indicatif::Prog
     }
 }
 
+/// The `status --watch` bar's live text: the bag under way and its
+/// counts, then the pace.
+fn watch_line(s: &JobStatus, slaves: usize) -> String {
+    let current = s.per_bag.iter().enumerate().find(|(_, b)| b.done < b.total || b.running + b.waiting > 0);
+    let bag = match current {
+        Some((i, b)) if s.per_bag.len() > 1 => {
+            format!("bag {}/{}: {} running, {} waiting, {} dead", i + 1, s.per_bag.len(), b.running, b.waiting, b.dead)
+        }
+        Some((_, b)) => format!("{} running, {} waiting, {} dead", b.running, b.waiting, b.dead),
+        None => String::new(),
+    };
+    format!("{bag}{}", pace(s, slaves))
+}
+
+/// A job's status as one JSON object (`--json`); `slaves`: the live
+/// slaves, when asked.
+pub(crate) fn status_json(s: &JobStatus, slaves: Option<usize>) -> serde_json::Value {
+    let bags: Vec<_> = s
+        .per_bag
+        .iter()
+        .map(|b| serde_json::json!({"name": b.name, "total": b.total, "done": b.done, "running": b.running, "waiting": b.waiting, "dead": b.dead}))
+        .collect();
+    let mut v = serde_json::json!({
+        "id": s.record.id().to_string(),
+        "app": s.record.spec.app_name(),
+        "state": s.state(),
+        "tasks_total": s.record.total_tasks(),
+        "tasks_done": s.n_done(),
+        "tasks_redone": s.n_redone(),
+        "tasks_dead": s.n_dead(),
+        "submitted_ms": s.record.submitted_ms,
+        "finished_ms": s.finished_ms,
+        "elapsed_s": s.elapsed_s(),
+        "gflop": s.flops_done() / 1e9,
+        "gflops": s.gflops(),
+        "left_s": slaves.and_then(|n| s.left_s(n)),
+        "bags": bags,
+        "failure": (s.state() == "failed").then(|| failure_line(s)),
+        "cancelled": s.cancelled.is_some(),
+    });
+    if let Some(n) = slaves {
+        v["slaves"] = n.into();
+    }
+    v
+}
+
+/// The bags `status` lists at most: a pivoted LU with bags has four per
+/// block column (70 lines at n/b = 16); the rest are summed up in a line.
+const BAG_LINES: usize = 8;
+
+/// Rate, time left and slaves, as `status` and the `--watch` bar say them:
+/// no GFLOP/s for a job without flops (ray tracing), no time left unless
+/// the job runs and a slave works on it.
+fn pace(s: &JobStatus, slaves: usize) -> String {
+    let mut out = String::new();
+    if let Some(r) = s.gflops() {
+        out.push_str(&format!("  {r:.2} GFLOP/s"));
+    }
+    if let Some(left) = s.left_s(slaves) {
+        out.push_str(&format!("  ~{left:.0} s left"));
+    }
+    if s.state() == "running" && slaves == 0 {
+        out.push_str("  no slave alive: nothing runs until one starts");
+    } else {
+        out.push_str(&format!("  {slaves} slave(s) alive"));
+    }
+    out
+}
+
+/// The bags a status lists: all when few, else those with work left (the
+/// current ones first) up to [`BAG_LINES`], and how many are not shown.
+fn bags_to_show(s: &JobStatus) -> (Vec<&BagProgress>, usize) {
+    if s.per_bag.len() <= BAG_LINES {
+        return (s.per_bag.iter().collect(), 0);
+    }
+    let open = |b: &&BagProgress| b.done < b.total || b.running + b.waiting + b.dead > 0;
+    let mut shown: Vec<&BagProgress> = s.per_bag.iter().filter(open).take(BAG_LINES).collect();
+    if shown.is_empty() {
+        shown = s.per_bag.iter().rev().take(1).collect();
+    }
+    let hidden = s.per_bag.len() - shown.len();
+    (shown, hidden)
+}
+
 pub(crate) fn print_status(s: &JobStatus, slaves: usize) {
     let total = s.record.total_tasks();
-    let elapsed_s = (s.finished_ms.unwrap_or_else(record::now_ms).saturating_sub(s.record.submitted_ms)) as f64 / 1e3;
-    let gflops = s.flops_done() / elapsed_s.max(1e-9) / 1e9;
-    let left = if s.n_done() > 0 && s.state() == "running" {
-        format!("{:.0} s", elapsed_s * (total - s.n_done()) as f64 / s.n_done() as f64)
-    } else {
-        "-".into()
-    };
-    println!(
-        "job {}  {}  {}  {}/{} tasks  {:.1} s  {:.2} GFLOP/s  ~{} left  {} slave(s) alive",
+    outln!(
+        "job {}  {}  {}  {}/{} tasks  {:.1} s{}",
         s.record.id(),
         s.record.spec.app_name(),
         s.state(),
         s.n_done(),
         total,
-        elapsed_s,
-        gflops,
-        left,
-        slaves
+        s.elapsed_s(),
+        pace(s, slaves)
     );
     print_task_times(s);
-    println!("  {:<60} {:>6} {:>6} {:>8} {:>8} {:>5}", "bag", "total", "done", "running", "waiting", "dead");
-    for b in &s.per_bag {
-        println!("  {:<60} {:>6} {:>6} {:>8} {:>8} {:>5}", b.name, b.total, b.done, b.running, b.waiting, b.dead);
+    outln!("  {:<60} {:>6} {:>6} {:>8} {:>8} {:>5}", "bag", "total", "done", "running", "waiting", "dead");
+    let (shown, hidden) = bags_to_show(s);
+    for b in shown {
+        outln!("  {:<60} {:>6} {:>6} {:>8} {:>8} {:>5}", b.name, b.total, b.done, b.running, b.waiting, b.dead);
     }
-    if s.state() == "failed" {
-        println!("  {}", failure_line(s));
+    if hidden > 0 {
+        outln!("  … and {hidden} more bag(s) of {} (`--json` lists them all)", s.per_bag.len());
+    }
+    match s.state() {
+        "failed" => outln!("  {}", failure_line(s)),
+        "cancelled" => outln!("  cancelled by `master cancel`"),
+        _ => {}
     }
 }
 
@@ -418,26 +627,27 @@ pub(crate) fn print_status(s: &JobStatus, slaves: usize) {
 pub(crate) fn print_task_times(s: &JobStatus) {
     let t = s.task_times();
     if t.kernels > 0.0 {
-        println!(
+        outln!(
             "  committed tasks: {:.2} s in kernels ({:.2} GFLOP/s while in them), {:.2} s runnable but waiting for a core",
             t.kernels,
             s.flops_done() / t.kernels / 1e9,
             t.core_wait
         );
-        println!(
+        outln!(
             "  and waiting for reads: {:.2} s for blocks, {:.2} s for small objects (flags, dependency counters)",
-            t.block_wait, t.small_wait
+            t.block_wait,
+            t.small_wait
         );
-        println!(
+        outln!(
             "  and {:.2} s between the tasks' begins and their dequeues' answers (round trips behind the previous task's ending, waits at barriers)",
             t.start
         );
-        println!(
+        outln!(
             "  and {:.2} s, once computed, waiting for the previous task's ending (puts, record, commit: {:.2} ms each on average) to finish",
             t.settle,
             t.mean_ending() * 1e3
         );
-        println!("  and {:.2} s handing the tasks to their compute threads and back", t.handoff);
+        outln!("  and {:.2} s handing the tasks to their compute threads and back", t.handoff);
     }
 }
 
@@ -445,8 +655,15 @@ pub(crate) fn print_task_times(s: &JobStatus) {
 /// computation; Ok(true) when it passes.
 pub(crate) async fn verify(client: &Client, id: Uuid) -> anyhow::Result<bool> {
     let s = job_status(client, id).await?;
-    if s.state() != "succeeded" {
-        bail!("job {id} is {}; nothing to verify yet", s.state());
+    match s.state() {
+        "succeeded" => {}
+        "failed" => bail!("job {id} {}; it has no result to verify", failure_line(&s)),
+        "cancelled" => bail!("job {id} was cancelled; it has no result to verify"),
+        state => bail!(
+            "job {id} is {state} ({}/{} tasks); verify it once it has succeeded (`master wait {id}`)",
+            s.n_done(),
+            s.record.total_tasks()
+        ),
     }
     let spec = s.record.spec.clone();
     let report = with_source(client, move |src| -> anyhow::Result<(bool, String)> {
@@ -485,7 +702,14 @@ pub(crate) async fn verify(client: &Client, id: Uuid) -> anyhow::Result<bool> {
         })
     })
     .await??;
-    println!("{}", report.1);
+    if report.0 {
+        outln!("verified: {}", report.1);
+    } else {
+        outln!("verification FAILED: {}", report.1);
+        if report.1.contains("NaN") {
+            outln!("  the residual is NaN: the input or the result holds NaN or infinite values");
+        }
+    }
     Ok(report.0)
 }
 
@@ -510,7 +734,7 @@ mod tests {
         let spec = JobSpec::Raytrace { job: Uuid::new_v4(), name: "img".into(), params };
         let record = JobRecord { spec, bags: vec!["b".into()], n_tasks: vec![n_tasks], submitted_ms: 0 };
         let one = TaskDone { count: 1, slave: "s".into(), finished_ms: 1, compute_ms: 1, ..TaskDone::default() };
-        JobStatus { record, per_bag: vec![], failed: None, finished_ms: finished.then_some(1), done: vec![one; done] }
+        JobStatus { record, per_bag: vec![], failed: None, cancelled: None, finished_ms: finished.then_some(1), done: vec![one; done] }
     }
 
     #[test]

@@ -10,7 +10,9 @@ use apps::generate::{generate_block, MatrixKind};
 use futures::StreamExt;
 use store_client::{BlockData, Client, MatrixInfo};
 
+use crate::choices::Kind;
 use crate::npy;
+use crate::out::outln;
 use crate::source::meta;
 use crate::store_args::StoreArgs;
 
@@ -18,6 +20,7 @@ use crate::store_args::StoreArgs;
 pub(crate) enum Command {
     /// Create a matrix generated block by block inside the store.
     Create {
+        /// Name of the new matrix (unique in the store).
         name: String,
         /// Rows (and columns unless --cols is given).
         #[arg(long)]
@@ -28,21 +31,28 @@ pub(crate) enum Command {
         /// Block size b: blocks are b×b doubles (edge blocks smaller).
         #[arg(long)]
         block: u32,
-        /// random | spd (symmetric positive definite) | diag-dominant.
-        #[arg(long, default_value = "random")]
-        kind: String,
+        /// What the values are.
+        #[arg(long, value_enum, default_value_t = Kind::Random)]
+        kind: Kind,
         /// Seed: the same seed gives the same matrix, block for block.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        #[command(flatten)]
+        said: Said,
         #[command(flatten)]
         store: StoreArgs,
     },
     /// Import a 2-D float64 .npy file, block by block.
     Import {
+        /// Name of the new matrix (unique in the store).
         name: String,
+        /// The .npy file: a 2-D float64 array, C or Fortran order, finite values.
         file: PathBuf,
+        /// Block size b: blocks are b×b doubles (edge blocks smaller).
         #[arg(long)]
         block: u32,
+        #[command(flatten)]
+        said: Said,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -50,25 +60,41 @@ pub(crate) enum Command {
     /// (no matrix of that name) exports the row permutation of the pivoted LU
     /// job that wrote NAME: int64 `perm` with P·A = A[perm].
     Export {
+        /// Name of the matrix (or NAME.perm, see above).
         name: String,
+        /// The .npy file to write (replaced if it exists; written to FILE.npy.partial first).
         file: PathBuf,
         #[command(flatten)]
         store: StoreArgs,
     },
-    /// List matrices.
+    /// List matrices, each with its state: complete, or incomplete and why
+    /// (being made, or the output of a job that has not succeeded).
     List {
+        /// One JSON array of matrix objects on stdout.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         store: StoreArgs,
     },
-    /// Show a matrix's record.
+    /// Show a matrix's record and state.
     Info {
+        /// The matrix's name.
         name: String,
+        /// One JSON object on stdout.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         store: StoreArgs,
     },
-    /// Delete a matrix and its blocks.
+    /// Delete a matrix and its blocks. Refused while a running job reads
+    /// or writes it.
     Rm {
+        /// The matrix's name.
         name: String,
+        /// Delete it even though a running job reads or writes it (the job
+        /// then fails).
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -76,16 +102,16 @@ pub(crate) enum Command {
 
 pub(crate) async fn run(cmd: Command) -> anyhow::Result<()> {
     match cmd {
-        Command::Create { name, n, cols, block, kind, seed, store } => {
-            let kind: MatrixKind = kind.parse().map_err(|e| anyhow::anyhow!("--kind: {e}"))?;
+        Command::Create { name, n, cols, block, kind, seed, said, store } => {
+            let kind: MatrixKind = kind.into();
             let client = store.connect().await?;
             let m = create(&client, &name, n, cols.unwrap_or(n), block, kind, seed, true).await?;
-            println!("{}", m.id);
+            said.made(&m, "created", "");
         }
-        Command::Import { name, file, block, store } => {
+        Command::Import { name, file, block, said, store } => {
             let client = store.connect().await?;
             let m = import(&client, &name, &file, block).await?;
-            println!("{}", m.id);
+            said.made(&m, "imported", &format!(" from {}", file.display()));
         }
         Command::Export { name, file, store } => {
             let client = store.connect().await?;
@@ -97,19 +123,33 @@ pub(crate) async fn run(cmd: Command) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::List { store } => {
+        Command::List { json, store } => {
             let client = store.connect().await?;
-            println!("{:<24} {:>10} {:>10} {:>6}  id", "name", "rows", "cols", "block");
+            let incomplete = incomplete_all(&client).await?;
+            if json {
+                let all: Vec<_> =
+                    client.list_matrices().await?.iter().map(|m| matrix_json(m, incomplete.get(&m.id).map(String::as_str))).collect();
+                outln!("{}", serde_json::Value::Array(all));
+                return Ok(());
+            }
+            outln!("{:<24} {:>10} {:>10} {:>6}  {:<36}  state", "name", "rows", "cols", "block", "id");
             for m in client.list_matrices().await? {
-                println!("{:<24} {:>10} {:>10} {:>6}  {}", m.name, m.n_rows, m.n_cols, m.block, m.id);
+                let state = incomplete.get(&m.id).map_or("complete".to_owned(), |why| format!("incomplete: {why}"));
+                outln!("{:<24} {:>10} {:>10} {:>6}  {}  {state}", m.name, m.n_rows, m.n_cols, m.block, m.id);
             }
         }
-        Command::Info { name, store } => {
+        Command::Info { name, json, store } => {
             let client = store.connect().await?;
             let m = client.matrix_by_name(&name).await?;
             let mm = meta(&m);
-            println!(
-                "name      {}\nid        {}\nshape     {} x {}\nblock     {} ({} x {} blocks)\nbytes     {}",
+            let why = incomplete_all(&client).await?.remove(&m.id);
+            if json {
+                outln!("{}", matrix_json(&m, why.as_deref()));
+                return Ok(());
+            }
+            let state = why.map_or("complete".to_owned(), |why| format!("incomplete: {why}"));
+            outln!(
+                "name      {}\nid        {}\nshape     {} x {}\nblock     {} ({} x {} blocks)\nbytes     {}\nstate     {state}",
                 m.name,
                 m.id,
                 m.n_rows,
@@ -117,16 +157,76 @@ pub(crate) async fn run(cmd: Command) -> anyhow::Result<()> {
                 m.block,
                 mm.block_rows(),
                 mm.block_cols(),
-                m.n_rows * m.n_cols * 8
+                bytes_of(&m)
             );
         }
-        Command::Rm { name, store } => {
+        Command::Rm { name, force, store } => {
             let client = store.connect().await?;
-            let m = client.matrix_by_name(&name).await?;
-            client.delete_matrix(m.id).await?;
+            remove(&client, &name, force).await?;
         }
     }
     Ok(())
+}
+
+/// Deletes matrix `name`, unless a running job reads or writes it and
+/// not `force`.
+pub(crate) async fn remove(client: &Client, name: &str, force: bool) -> anyhow::Result<()> {
+    let m = client.matrix_by_name(name).await?;
+    if !force {
+        crate::control::check_not_in_use(client, m.id, name).await?;
+    }
+    client.delete_matrix(m.id).await?;
+    set_small(client, &incomplete_key(m.id), None).await
+}
+
+/// Why each incomplete matrix is: being made or killed while made, or
+/// written by a job that has not succeeded.
+pub(crate) async fn incomplete_all(client: &Client) -> anyhow::Result<std::collections::HashMap<uuid::Uuid, String>> {
+    let mut all = crate::control::unfinished_outputs(client).await?;
+    all.extend(incomplete(client).await?);
+    Ok(all)
+}
+
+/// How a new matrix is announced on stdout.
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub(crate) struct Said {
+    /// Print the matrix's id alone (for scripts).
+    #[arg(long, conflicts_with = "json")]
+    quiet: bool,
+    /// Print the matrix's record as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Said {
+    /// "created matrix A (16384 × 16384, blocks of 2048): <uuid>".
+    fn made(self, m: &MatrixInfo, verb: &str, from: &str) {
+        if self.json {
+            outln!("{}", matrix_json(m, None));
+        } else if self.quiet {
+            outln!("{}", m.id);
+        } else {
+            outln!("{verb} matrix {} ({} × {}, blocks of {}){from}: {}", m.name, m.n_rows, m.n_cols, m.block, m.id);
+        }
+    }
+}
+
+/// A matrix as JSON for `--json`: its record, size, and whether it is
+/// whole (`incomplete`: why not, or null).
+pub(crate) fn matrix_json(m: &MatrixInfo, incomplete: Option<&str>) -> serde_json::Value {
+    let mm = meta(m);
+    serde_json::json!({
+        "name": m.name,
+        "id": m.id.to_string(),
+        "rows": m.n_rows,
+        "cols": m.n_cols,
+        "block": m.block,
+        "block_rows": mm.block_rows(),
+        "block_cols": mm.block_cols(),
+        "bytes": u64::try_from(bytes_of(m)).ok(),
+        "complete": incomplete.is_none(),
+        "incomplete": incomplete,
+    })
 }
 
 /// Blocks in flight at once while creating or importing: enough to keep
@@ -149,24 +249,131 @@ pub(crate) async fn create(
     if kind == MatrixKind::Spd && rows != cols {
         bail!("an spd matrix must be square, not {rows}x{cols}");
     }
-    let m = client.create_matrix(name, rows, cols, block).await?;
+    check_size(name, rows, cols, block)?;
+    let m = create_record(client, name, rows, cols, block).await?;
     let mm = Arc::new(meta(&m));
-    let bar = crate::progress::bar(progress, (mm.block_rows() * mm.block_cols()) as u64, "generating blocks");
-    let ids = mm.blocks().map(|b| (b.i, b.j)).collect();
-    let result = fill(client, &mm, ids, &bar, move |mm, i, j| Ok(generate_block(kind, seed, mm, i, j))).await;
+    let bar = crate::progress::bar(progress, n_blocks(&mm), "generating blocks");
+    let result =
+        fill_new(client, &m, fill(client, &mm, all_blocks(&mm), &bar, move |mm, i, j| Ok(generate_block(kind, seed, mm, i, j)))).await;
     bar.finish_and_clear();
-    if let Err(e) = result {
-        let _ = client.delete_matrix(m.id).await;
-        return Err(e.context(format!("creating matrix {name:?} (removed again)")));
-    }
+    result.with_context(|| format!("creating matrix {name:?} (removed again)"))?;
     Ok(m)
+}
+
+/// Why a `.npy` file's values cannot be imported.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ImportError {
+    /// No job computes anything meaningful from NaN or ±Inf (a Cholesky
+    /// or LU of them may even end "succeeded"): refused at the door.
+    #[error("element ({row}, {col}) is {value}, in block ({i}, {j}): only finite values can be imported")]
+    NonFinite { i: u32, j: u32, row: u64, col: u64, value: f64 },
+}
+
+/// The node's record of a new matrix. A matrix larger than the disk's
+/// free space is `StorageFull`, whose own text says the disk is full: the
+/// node's explanation (what it needs, what is free) says it better.
+async fn create_record(client: &Client, name: &str, rows: u64, cols: u64, block: u32) -> anyhow::Result<MatrixInfo> {
+    client.create_matrix(name, rows, cols, block).await.map_err(|e| match e {
+        store_client::StoreError::StorageFull { what } => anyhow::anyhow!("{what}"),
+        e => e.into(),
+    })
+}
+
+/// Why a matrix cannot be made, found before anything is written (the
+/// store node checks again, and against its free disk space).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SizeError {
+    #[error("matrix {name:?}: rows, columns and --block must be at least 1 (got {rows}x{cols}, block {block})")]
+    Empty { name: String, rows: u64, cols: u64, block: u32 },
+    #[error("matrix {name:?}: {rows}x{cols} doubles would be more than 2^64 bytes")]
+    Overflow { name: String, rows: u64, cols: u64 },
+}
+
+/// Checks a new matrix's sizes with checked arithmetic; its bytes.
+pub(crate) fn check_size(name: &str, rows: u64, cols: u64, block: u32) -> Result<u64, SizeError> {
+    if rows == 0 || cols == 0 || block == 0 {
+        return Err(SizeError::Empty { name: name.to_owned(), rows, cols, block });
+    }
+    rows.checked_mul(cols).and_then(|n| n.checked_mul(8)).ok_or_else(|| SizeError::Overflow { name: name.to_owned(), rows, cols })
+}
+
+/// A matrix's size in bytes for display (a record made before sizes were
+/// checked may not fit in 64 bits).
+pub(crate) fn bytes_of(m: &MatrixInfo) -> u128 {
+    u128::from(m.n_rows) * u128::from(m.n_cols) * 8
+}
+
+fn n_blocks(mm: &apps::block::MatrixMeta) -> u64 {
+    u64::from(mm.block_rows()) * u64::from(mm.block_cols())
+}
+
+/// Every block of `mm`, column by column, made as they are asked for (a
+/// list of them all took memory in proportion to the grid).
+fn all_blocks(mm: &apps::block::MatrixMeta) -> impl Iterator<Item = (u32, u32)> + Send + 'static {
+    let (p, q) = (mm.block_rows(), mm.block_cols());
+    (0..q).flat_map(move |j| (0..p).map(move |i| (i, j)))
+}
+
+/// The matrices marked incomplete, with why.
+pub(crate) async fn incomplete(client: &Client) -> anyhow::Result<std::collections::HashMap<uuid::Uuid, String>> {
+    Ok(client
+        .scan_small(INCOMPLETE_PREFIX, 0)
+        .await?
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(INCOMPLETE_PREFIX)?.parse().ok()?, String::from_utf8_lossy(&v).into_owned())))
+        .collect())
+}
+
+/// The key that marks matrix `id` as incomplete (its value says why):
+/// written before a new matrix's blocks are, removed once they all are. A
+/// `master matrix create` killed midway (SIGKILL, the OOM killer) leaves a
+/// record `matrix list` shows as incomplete, never one that passes for
+/// whole.
+pub(crate) fn incomplete_key(id: uuid::Uuid) -> String {
+    format!("{INCOMPLETE_PREFIX}{id}")
+}
+
+pub(crate) const INCOMPLETE_PREFIX: &str = "matrixstate/incomplete/";
+
+async fn set_small(client: &Client, key: &str, value: Option<&[u8]>) -> anyhow::Result<()> {
+    let session = client.open_session("master").await?;
+    let a = session.begin().await?;
+    match value {
+        Some(v) => a.write_small(key, v).await?,
+        None => a.delete_small(key).await?,
+    }
+    a.commit().await?;
+    Ok(())
+}
+
+/// Fills the new matrix `m` with `filling`: marked incomplete meanwhile,
+/// and removed again (marker and all) if filling fails or the user
+/// interrupts it (Ctrl-C, SIGTERM).
+async fn fill_new(client: &Client, m: &MatrixInfo, filling: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    let key = incomplete_key(m.id);
+    let result = async {
+        set_small(client, &key, Some(b"being written by master matrix create/import")).await?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = filling => r?,
+            _ = tokio::signal::ctrl_c() => bail!("interrupted"),
+            _ = term.recv() => bail!("terminated"),
+        }
+        set_small(client, &key, None).await
+    }
+    .await;
+    if result.is_err() {
+        let _ = client.delete_matrix(m.id).await;
+        let _ = set_small(client, &key, None).await;
+    }
+    result
 }
 
 /// Writes blocks `ids` of `mm`, each in its own committed action.
 pub(crate) async fn fill(
     client: &Client,
     mm: &Arc<apps::block::MatrixMeta>,
-    ids: Vec<(u32, u32)>,
+    ids: impl IntoIterator<Item = (u32, u32)>,
     bar: &indicatif::ProgressBar,
     make: impl Fn(&apps::block::MatrixMeta, u32, u32) -> anyhow::Result<apps::block::Block> + Send + Sync + Clone + 'static,
 ) -> anyhow::Result<()> {
@@ -194,12 +401,12 @@ pub(crate) async fn fill(
 pub(crate) async fn import(client: &Client, name: &str, file: &PathBuf, block: u32) -> anyhow::Result<MatrixInfo> {
     let mut f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let layout = npy::read_header(&mut f).with_context(|| format!("reading {}", file.display()))?;
-    let m = client.create_matrix(name, layout.rows, layout.cols, block).await?;
+    check_size(name, layout.rows, layout.cols, block)?;
+    let m = create_record(client, name, layout.rows, layout.cols, block).await?;
     let mm = Arc::new(meta(&m));
     let f = Arc::new(f);
-    let bar = crate::progress::bar(true, (mm.block_rows() * mm.block_cols()) as u64, "importing blocks");
-    let ids = mm.blocks().map(|b| (b.i, b.j)).collect();
-    let result = fill(client, &mm, ids, &bar, move |mm, i, j| {
+    let bar = crate::progress::bar(true, n_blocks(&mm), "importing blocks");
+    let filling = fill(client, &mm, all_blocks(&mm), &bar, move |mm, i, j| {
         let (rows, cols) = mm.block_shape(i, j);
         let (r0, c0) = (mm.row_offset(i), mm.col_offset(j));
         let mut b = apps::block::Block::zeros(rows, cols);
@@ -220,14 +427,15 @@ pub(crate) async fn import(client: &Client, name: &str, file: &PathBuf, block: u
                 }
             }
         }
+        if let Some(k) = b.data.iter().position(|x| !x.is_finite()) {
+            let (r, c) = (k % rows, k / rows);
+            return Err(ImportError::NonFinite { i, j, row: r0 + r as u64, col: c0 + c as u64, value: b.data[k] }.into());
+        }
         Ok(b)
-    })
-    .await;
+    });
+    let result = fill_new(client, &m, filling).await;
     bar.finish_and_clear();
-    if let Err(e) = result {
-        let _ = client.delete_matrix(m.id).await;
-        return Err(e.context(format!("importing {} (matrix removed again)", file.display())));
-    }
+    result.with_context(|| format!("importing {} (matrix removed again)", file.display()))?;
     Ok(m)
 }
 

@@ -8,10 +8,10 @@ pub(crate) fn bar(visible: bool, len: u64, what: &str) -> ProgressBar {
     }
     let bar = ProgressBar::new(len);
     bar.set_style(
-        ProgressStyle::with_template("{msg:>20} [{bar:40}] {pos}/{len} ({elapsed}, eta {eta})")
-            .expect("valid template")
-            .progress_chars("=> "),
+        // No {eta}: indicatif's guess said "eta 0s" with no slave alive;
+        // callers put their own time left in the message.
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} ({elapsed}) {msg}").expect("valid template").progress_chars("=> "),
     );
-    bar.set_message(what.to_owned());
+    bar.set_prefix(what.to_owned());
     bar
 }

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::out::outln;
 use anyhow::Context;
 
 #[derive(clap::Args)]
@@ -70,6 +71,15 @@ pub(crate) struct Args {
     fail_sync_and_undo: bool,
 }
 
+/// How long a stop waits for the requests in flight (see `run`).
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// Exits the process at once: its RocksDB LOCK goes with it. Not by
+/// returning: the runtime's drop would wait for the node's blocking work.
+fn exit_now(failed: bool) -> ! {
+    std::process::exit(if failed { 1 } else { 0 })
+}
+
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     store_client::reuse_block_buffers();
     let mut config = store::Config::new(args.data.clone(), args.listen);
@@ -88,16 +98,32 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     config.node.fail_sync_and_undo = args.fail_sync_and_undo;
     let running = store::start(config).await.context("starting the store node")?;
     // A line on stdout that scripts and tests can wait for.
-    println!("listening {}", running.addr());
+    outln!("listening {}", running.addr());
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let stopped_writing = running.writes_stopped();
     let failed = tokio::select! {
-        _ = tokio::signal::ctrl_c() => None,
+        _ = int.recv() => None,
         _ = term.recv() => None,
         why = stopped_writing => Some(why),
     };
-    tracing::info!("shutting down");
-    running.shutdown().await?;
+    // The node ends its clients' session streams and waits for requests
+    // in flight. A request may wait up to --lock-timeout-ms for a lock:
+    // past STOP_GRACE the process exits without waiting, as after a
+    // crash, whose recovery the next start runs (every commit answered
+    // is durable). A second SIGINT or SIGTERM exits at once.
+    tracing::info!("shutting down (a second Ctrl-C or SIGTERM exits at once)");
+    let stopping = running.shutdown();
+    tokio::pin!(stopping);
+    tokio::select! {
+        r = &mut stopping => r?,
+        _ = tokio::time::sleep(STOP_GRACE) => {
+            tracing::warn!("requests still running {STOP_GRACE:?} after the stop was asked; exiting without them");
+            exit_now(failed.is_some());
+        }
+        _ = int.recv() => exit_now(failed.is_some()),
+        _ = term.recv() => exit_now(failed.is_some()),
+    }
     match failed {
         // Exits non-zero so that a supervisor restarts it: the open then
         // settles the commit the node could neither finish nor undo.

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use clap::Parser;
 
+mod supervise;
+
 /// Blocks get mappings of their own, reused by size: the slave's peak RSS
 /// is the blocks it holds at once, not what heap fragmentation adds.
 #[global_allocator]
@@ -36,14 +38,36 @@ struct Args {
     /// as --kill-at); it stays frozen until SIGCONT.
     #[arg(long, value_name = "PLACE:N")]
     stop_at: Option<slave::kill_point::KillPoint>,
-    /// How the thread that runs the tasks' kernels is scheduled. `normal`:
-    /// an ordinary thread. `idle` (Linux `SCHED_IDLE`): it gives way at
-    /// once to any other thread that wakes, so the owner's programs on a
-    /// shared workstation go first, and so do the store node and this
-    /// slave's own I/O (a task's ending took half as long; jobs were not
-    /// faster for it: a multiply with two slaves on two cores 6 % slower).
+    /// How the thread that runs the tasks' kernels is scheduled: `normal`
+    /// competes for the CPU like any program; `idle` (Linux `SCHED_IDLE`)
+    /// gives way at once to anything else that wants the core, so on a
+    /// shared workstation the owner's programs (and the store node) go
+    /// first and the slave uses what they leave. Jobs run about as fast
+    /// either way on an otherwise idle machine.
     #[arg(long, value_enum, default_value_t = slave::compute::ComputePriority::Normal)]
     compute: slave::compute::ComputePriority,
+    /// Run N slave processes (one per core: N = the cores to give), named
+    /// NAME-0 … NAME-(N-1), each with the other flags given here. One that
+    /// dies is started again; Ctrl-C or SIGTERM stops them all.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    count: Option<u32>,
+}
+
+/// This process's arguments less `--count N` and `--name X` (in either
+/// spelling), for the processes `--count` starts.
+fn args_for_each() -> Vec<std::ffi::OsString> {
+    let mut out = Vec::new();
+    let mut args = std::env::args_os().skip(1);
+    while let Some(a) = args.next() {
+        match a.to_str() {
+            Some("--count" | "--name") => {
+                args.next();
+            }
+            Some(s) if s.starts_with("--count=") || s.starts_with("--name=") => {}
+            _ => out.push(a),
+        }
+    }
+    out
 }
 
 fn main() -> anyhow::Result<()> {
@@ -59,6 +83,10 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    if let Some(n) = args.count {
+        let name = args.name.unwrap_or_else(|| format!("slave-{}", std::process::id()));
+        return supervise::run(n as usize, args_for_each(), name);
+    }
     let config = slave::SlaveConfig {
         store: args.connect.store.clone(),
         connect: args.connect.options()?,

@@ -6,7 +6,11 @@
 //! job/<id>                 JobRecord (JSON), written once at submit
 //! jobstate/<id>/failed     Failure (JSON): the first job-fatal task error
 //! jobstate/<id>/finished   u64 LE: unix ms when a slave found every bag empty
+//! jobstate/<id>/cancelled  Cancelled (JSON): `master cancel` (with a failure
+//!                          record, so that slaves stop at their next task)
 //! jobs/submitted           u64 LE: jobs ever submitted (idle slaves watch it)
+//! tasklog/<id>/<ms>-<slave>-<seq>  TaskFailure (JSON): a run of a task that
+//!                          failed and sent it back (`master job log`)
 //! done/<id>/<seq in bag>@<bag index>   TaskDone (JSON), one per committed task
 //! ```
 
@@ -41,6 +45,37 @@ pub struct Failure {
     pub task: String,
     pub slave: String,
     pub at_ms: u64,
+}
+
+/// A job cancelled by the user (`master cancel`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Cancelled {
+    pub at_ms: u64,
+    /// Whether its output matrices were deleted.
+    pub outputs_removed: bool,
+}
+
+/// A run of a task that failed and sent the task back to its bag (store
+/// trouble, a block put refused): the job goes on, and `master job log`
+/// says what happened.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TaskFailure {
+    pub bag: String,
+    pub seq: u64,
+    pub task: String,
+    /// Orphanings of the task before this run.
+    pub attempts: u32,
+    pub slave: String,
+    pub message: String,
+    pub at_ms: u64,
+}
+
+pub fn task_failure_prefix(job: Uuid) -> String {
+    format!("tasklog/{job}/")
+}
+
+pub fn task_failure_key(job: Uuid, at_ms: u64, slave: &str, seq: u64) -> String {
+    format!("tasklog/{job}/{at_ms:015}-{slave}-{seq}")
 }
 
 /// One committed task, written in the task's own action: a task committed
@@ -165,6 +200,10 @@ pub fn failed_key(id: Uuid) -> String {
 
 pub fn finished_key(id: Uuid) -> String {
     format!("{JOB_STATE_PREFIX}{id}/finished")
+}
+
+pub fn cancelled_key(id: Uuid) -> String {
+    format!("{JOB_STATE_PREFIX}{id}/cancelled")
 }
 
 pub fn done_prefix(id: Uuid) -> String {

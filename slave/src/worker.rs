@@ -177,6 +177,21 @@ impl Slave {
                 match next {
                     Ok(Dequeue::Empty) => {
                         action.abort().await?;
+                        // A task given up after repeated slave deaths left
+                        // the bag: the job stops here (the next bag's tasks
+                        // would read what it never wrote) until `master
+                        // retry` puts it back. It used to be marked
+                        // finished, slaves going on to the next bags.
+                        let dead = self.client.bag_stats(bag).await?.dead;
+                        if dead > 0 {
+                            self.settle().await?;
+                            tracing::error!(%id, bag, dead, "job stops: dead-lettered tasks");
+                            let reason = format!(
+                                "{dead} task(s) of bag {bag} dead-lettered after repeated slave deaths (`master retry {id}` runs them again)"
+                            );
+                            record_job_failure(&self.session, id, reason, bag, "", &self.config.name).await?;
+                            return Ok(Idle::Again);
+                        }
                         break;
                     }
                     Ok(Dequeue::NoneAvailable) => action.abort().await?,
@@ -362,6 +377,11 @@ impl Slave {
                     tracing::info!("task {} of {} goes back to the bag: {e}", task.seq, task.bag);
                     let _ = writes.finish().await;
                     let _ = action.abort().await;
+                    // A flag's timeout is the single-bag Cholesky's way of
+                    // waiting, not a failure: not logged.
+                    if e.class() == ErrorClass::Retry {
+                        log_task_failure(&self.session, id, &task, &self.config.name, e.to_string());
+                    }
                     Ok(())
                 }
                 ErrorClass::JobFatal => {
@@ -410,6 +430,7 @@ async fn finish_task(ending: Ending) -> Result<(), StoreError> {
         let _ = action.abort().await;
         if e.is_retryable() || matches!(e, StoreError::ActionAborted { .. }) {
             tracing::info!("task {} of {} goes back to the bag: a block put failed: {e}", task.seq, task.bag);
+            log_task_failure(&session, job, &task, &done.slave, format!("block put: {e}"));
             return Ok(());
         }
         // What the task would have met writing in the foreground (a full
@@ -458,18 +479,50 @@ pub async fn start_task(client: &Client, session: &Session, failed_key: &str, ba
     tokio::join!(timed(asked, client.peek_small(failed_key)), take)
 }
 
+/// Logs a failed run of `task` that sends it back to its bag, for `master
+/// job log` (`record::TaskFailure`), in an action of its own on the
+/// runtime: best effort (the node may be what failed), and the slave goes
+/// on at once.
+fn log_task_failure(session: &Session, job: Uuid, task: &Task, slave: &str, message: String) {
+    let at_ms = record::now_ms();
+    let entry = record::TaskFailure {
+        bag: task.bag.clone(),
+        seq: task.seq,
+        task: String::from_utf8_lossy(&task.payload).into_owned(),
+        attempts: task.attempts,
+        slave: slave.to_owned(),
+        message,
+        at_ms,
+    };
+    let key = record::task_failure_key(job, at_ms, slave, task.seq);
+    let session = session.clone();
+    tokio::spawn(async move {
+        let logged = async {
+            let a = session.begin().await?;
+            a.write_small(&key, &serde_json::to_vec(&entry).expect("plain struct")).await?;
+            a.commit().await
+        };
+        if let Err(e) = logged.await {
+            tracing::debug!("task failure not logged: {e}");
+        }
+    });
+}
+
 /// Records that `task` failed the job, in an action of its own, so no
 /// partial output of the failed task is ever committed.
 async fn record_failure(session: &Session, job: Uuid, reason: String, task: &Task, slave: &str) -> Result<(), StoreError> {
-    let failure = Failure {
-        reason,
-        bag: task.bag.clone(),
-        task: String::from_utf8_lossy(&task.payload).into_owned(),
-        slave: slave.to_owned(),
-        at_ms: record::now_ms(),
-    };
+    record_job_failure(session, job, reason, &task.bag, &String::from_utf8_lossy(&task.payload), slave).await
+}
+
+/// Records the job's failure, unless one is recorded already (the first
+/// one says why), in an action of its own.
+async fn record_job_failure(session: &Session, job: Uuid, reason: String, bag: &str, task: &str, slave: &str) -> Result<(), StoreError> {
+    let failure = Failure { reason, bag: bag.to_owned(), task: task.to_owned(), slave: slave.to_owned(), at_ms: record::now_ms() };
     let a = session.begin().await?;
-    a.write_small(&record::failed_key(job), &serde_json::to_vec(&failure).expect("plain struct")).await?;
+    let key = record::failed_key(job);
+    if a.read_small(&key, true).await?.is_none() {
+        a.write_small(&key, &serde_json::to_vec(&failure).expect("plain struct")).await?;
+    }
     a.commit().await
 }
 

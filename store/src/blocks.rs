@@ -44,6 +44,28 @@ impl Matrices {
     }
 }
 
+/// The bytes a matrix's blocks take on the disk once every block is
+/// written (payloads and headers), computed without overflow; refused
+/// when they cannot be counted in 64 bits or its grid of blocks cannot be
+/// indexed in 32 bits.
+pub(crate) fn matrix_bytes(name: &str, n_rows: u64, n_cols: u64, block: u32) -> Result<u64, StoreError> {
+    let too_large =
+        |why: &str| StoreError::InvalidArgument { what: format!("matrix {name:?}: {n_rows}x{n_cols} with block {block} {why}") };
+    let (p, q) = (n_rows.div_ceil(u64::from(block)), n_cols.div_ceil(u64::from(block)));
+    if p > u64::from(u32::MAX) || q > u64::from(u32::MAX) {
+        return Err(too_large("has more than 2³² blocks along a side"));
+    }
+    n_rows
+        .checked_mul(n_cols)
+        .and_then(|n| n.checked_mul(8))
+        .and_then(|payload| payload.checked_add(p * q * HEADER_LEN as u64))
+        .ok_or_else(|| too_large("holds more than 2⁶⁴ bytes"))
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
 /// The shape block `(i, j)` must have, or why it cannot exist.
 pub(crate) fn block_shape(m: &MatrixInfo, i: u32, j: u32) -> Result<(u32, u32), StoreError> {
     let b = m.block as u64;
@@ -66,6 +88,11 @@ impl Node {
                 what: format!("matrix {name:?}: {n_rows}x{n_cols} with block {block} (need sizes ≥ 1, 1 ≤ block ≤ {MAX_BLOCK})"),
             });
         }
+        // Whether it can ever be stored, before anything is written: a size
+        // past 2⁶⁴ bytes used to wrap (`matrix info` showed a wrapped
+        // byte count) and a matrix larger than the disk filled it.
+        let bytes = matrix_bytes(name, n_rows, n_cols, block)?;
+        self.db.files().room_for(bytes, &format!("matrix {name:?} ({n_rows}x{n_cols}, block {block}: {})", gib(bytes)))?;
         let mut matrices = self.matrices.write().unwrap_or_else(|p| p.into_inner());
         if matrices.by_name.contains_key(name) {
             return Err(StoreError::AlreadyExists { what: format!("matrix {name:?}") });

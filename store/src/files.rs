@@ -526,6 +526,19 @@ impl BlockFiles {
         self.ensure_free(RESERVE_FOR_BATCHES, "a synced batch")
     }
 
+    /// `StorageFull` unless `bytes` are free (`what` needs them): a new
+    /// matrix whose blocks the disk cannot hold is refused before any is
+    /// written. Without the puts' reserve: each put checks for it.
+    pub(crate) fn room_for(&self, bytes: u64, what: &str) -> Result<(), StoreError> {
+        let short = |files: &Self| files.free_bytes().ok().filter(|&free| free < bytes);
+        let Some(free) = short(self) else { return Ok(()) };
+        if self.release_recycled() > 0 && short(self).is_none() {
+            return Ok(());
+        }
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        Err(StoreError::StorageFull { what: format!("{what} does not fit: the store's disk has {:.2} GiB free ({free} bytes)", gib(free)) })
+    }
+
     /// `StorageFull` unless `bytes` are free, once the recycled versions'
     /// space is given back if that is short. A filesystem that cannot say
     /// how much is free passes: the write finds out.

@@ -40,6 +40,8 @@ use tokio::sync::watch;
 use tonic::{Request, Status};
 
 pub use blocks::MAX_BLOCK;
+/// The bag a bag's dead-lettered elements move to (for `master retry`).
+pub use queue::dead_letter_bag;
 
 /// The data plane's Unix socket, in the data directory.
 pub const DATA_SOCKET: &str = "blocks.sock";
@@ -191,12 +193,21 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
         transports.clone(),
     ));
     let reaper = spawn_reaper(node.clone());
+    // At shutdown the session streams end first: the servers' graceful
+    // shutdown waits for them.
+    let (stop, stopped) = watch::channel(());
+    tokio::spawn({
+        let (node, mut stopped) = (node.clone(), stopped.clone());
+        async move {
+            let _ = stopped.changed().await;
+            node.begin_shutdown();
+        }
+    });
     let token = config.token.clone().map(|t| format!("Bearer {t}"));
     let node_id = uuid::Uuid::new_v4();
     let rpc =
         rpc::Rpc { node, data_port, unix_path, rpc_unix_path, node_id, host_id: host_identity(), transports, tls: config.tls.is_some() };
     let service = StoreServer::new(rpc).max_decoding_message_size(MAX_MESSAGE_BYTES).max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let (stop, stopped) = watch::channel(());
     // One service, two ways in: TCP, and the Unix socket for local clients.
     let router = || {
         let token = token.clone();

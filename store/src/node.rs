@@ -141,6 +141,8 @@ pub(crate) struct Node {
     core: Mutex<Core>,
     pub(crate) matrices: RwLock<Matrices>,
     pub(crate) config: NodeConfig,
+    /// True once the node is stopping ([`Node::begin_shutdown`]).
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 pub(crate) fn action_error(e: ActionError) -> StoreError {
@@ -172,7 +174,24 @@ impl Node {
             waiters: HashMap::new(),
             bag_signals: HashMap::new(),
         };
-        Node { db, core: Mutex::new(core), matrices: RwLock::new(matrices), config }
+        Node { db, core: Mutex::new(core), matrices: RwLock::new(matrices), config, stopping: tokio::sync::watch::channel(false).0 }
+    }
+
+    /// The node is stopping: every session stream ends (the clients see
+    /// the node gone and reconnect), so that the server's graceful
+    /// shutdown, which waits for every open stream, can end. A slave's
+    /// session stream lives as long as the slave: while any was open,
+    /// SIGTERM and Ctrl-C never stopped `master serve`.
+    pub(crate) fn begin_shutdown(&self) {
+        self.stopping.send_replace(true);
+    }
+
+    /// Resolves once [`Node::begin_shutdown`] was called.
+    pub(crate) fn stopping(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.stopping.subscribe();
+        async move {
+            let _ = rx.wait_for(|&s| s).await;
+        }
     }
 
     /// Whether the data plane peeks for a reader on the node's own CPU

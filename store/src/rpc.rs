@@ -193,18 +193,27 @@ impl Store for Rpc {
         let lease_ms = self.node.config.lease.as_millis() as u64;
         let _ = tx.send(Ok(proto::SessionEvent { session: id.0, lease_ms })).await;
         let node = self.node.clone();
+        let stopping = node.stopping();
         tokio::spawn(async move {
+            tokio::pin!(stopping);
             let why = loop {
                 tokio::select! {
                     msg = incoming.message() => match msg {
-                        Ok(Some(_)) => if node.heartbeat(id).is_err() { break "lease lapsed" },
-                        Ok(None) => break "client closed the session",
-                        Err(_) => break "connection lost",
+                        Ok(Some(_)) => if node.heartbeat(id).is_err() { break Some("lease lapsed") },
+                        Ok(None) => break Some("client closed the session"),
+                        Err(_) => break Some("connection lost"),
                     },
-                    _ = &mut ended => break "lease lapsed",
+                    _ = &mut ended => break Some("lease lapsed"),
+                    // The stream ends and the node goes, without orphaning
+                    // the session's actions: a stop is no fault of their
+                    // tasks (no attempt counted), and the next start
+                    // returns their elements as after a crash.
+                    () = &mut stopping => break None,
                 }
             };
-            node.close_session(id, why);
+            if let Some(why) = why {
+                node.close_session(id, why);
+            }
             drop(tx);
         });
         Ok(Response::new(ReceiverStream::new(rx)))

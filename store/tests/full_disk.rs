@@ -52,9 +52,13 @@ async fn a_full_disk_refuses_puts_typed_and_loses_nothing() {
     let running = store::start(config).await.unwrap();
     let client = Client::connect(&running.addr().to_string(), None).await.unwrap();
     // 512 KiB blocks: a scratch matrix of 8 MiB, then blocks until the
-    // 48 MiB are gone.
+    // 48 MiB are gone. (A matrix is refused at its creation when its
+    // blocks cannot fit on the disk: `kept`'s 32 MiB fit, but not beside
+    // the puts' 16 MiB reserve.)
     let scratch = client.create_matrix("scratch", 256, 256 * 16, 256).await.unwrap();
-    let kept = client.create_matrix("kept", 256, 256 * 256, 256).await.unwrap();
+    let too_large = client.create_matrix("too-large", 256, 256 * 256, 256).await.unwrap_err();
+    assert!(matches!(too_large, StoreError::StorageFull { .. }), "{too_large}");
+    let kept = client.create_matrix("kept", 256, 256 * 64, 256).await.unwrap();
     let s = client.open_session("filler").await.unwrap();
     for j in 0..16 {
         let a = s.begin().await.unwrap();
@@ -63,7 +67,7 @@ async fn a_full_disk_refuses_puts_typed_and_loses_nothing() {
     }
     let mut committed = 0u32;
     let full = loop {
-        assert!(committed < 256, "48 MiB never filled");
+        assert!(committed < 64, "48 MiB never filled");
         let a = s.begin().await.unwrap();
         let put = match a.put_block(kept.id, 0, committed, block(committed)).await {
             Ok(()) => a.commit().await,
