@@ -451,7 +451,7 @@ impl Reconnecting {
                 Err(e) if lost_the_node(&e) => {
                     tracing::warn!(
                         "lost the store node at {} ({e:#}); reconnecting for up to {} s",
-                        self.store.store,
+                        self.store.connect.store,
                         self.store.patience_s
                     );
                     self.client = self.store.connect().await.context("the store node did not come back within --patience-s")?;
