@@ -106,6 +106,80 @@ impl ConnectArgs {
     }
 }
 
+#[cfg(feature = "cli")]
+/// The settings file clients read before their flags and environment:
+/// `$FTBAG_CONFIG`, else `$XDG_CONFIG_HOME/ftbag/config.toml`, else
+/// `~/.config/ftbag/config.toml`.
+pub fn config_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FTBAG_CONFIG") {
+        return Some(p.into());
+    }
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("ftbag").join("config.toml"))
+}
+
+#[cfg(feature = "cli")]
+/// The keys a settings file may hold, and the variable each stands for.
+const CONFIG_KEYS: [(&str, &str); 7] = [
+    ("store", "STORE_ADDR"),
+    ("token", "STORE_TOKEN"),
+    ("tls_ca", "STORE_TLS_CA"),
+    ("tls_cert", "STORE_TLS_CERT"),
+    ("tls_key", "STORE_TLS_KEY"),
+    ("no_local", "STORE_NO_LOCAL"),
+    ("blocks_over", "STORE_BLOCKS_OVER"),
+];
+
+#[cfg(feature = "cli")]
+/// Reads the settings file ([`config_path`]), if there is one, into the
+/// environment variables the connection flags read, each only where the
+/// environment does not set it: flags override the environment, which
+/// overrides the file. Call first in `main`, before any thread starts.
+///
+/// ```toml
+/// store = "storehost:7070"
+/// token = "..."
+/// tls_ca = "/etc/ftbag/ca.pem"
+/// ```
+pub fn load_config_file() -> Result<Option<PathBuf>, StoreError> {
+    let Some(path) = config_path() else { return Ok(None) };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(StoreError::InvalidArgument { what: format!("settings file {}: {e}", path.display()) }),
+    };
+    let bad = |why: String| StoreError::InvalidArgument { what: format!("settings file {}: {why}", path.display()) };
+    for (key, var) in apply_config(&text).map_err(bad)? {
+        if std::env::var_os(var).is_none() {
+            std::env::set_var(var, key);
+        }
+    }
+    Ok(Some(path))
+}
+
+#[cfg(feature = "cli")]
+/// The (value, variable) pairs a settings file sets; unknown keys and
+/// values of the wrong type are errors.
+fn apply_config(text: &str) -> Result<Vec<(String, &'static str)>, String> {
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+    let mut out = Vec::new();
+    for (key, value) in table {
+        let Some(&(_, var)) = CONFIG_KEYS.iter().find(|(k, _)| *k == key) else {
+            let known: Vec<&str> = CONFIG_KEYS.iter().map(|(k, _)| *k).collect();
+            return Err(format!("unknown key {key:?} (known: {})", known.join(", ")));
+        };
+        let value = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Boolean(b) => b.to_string(),
+            other => return Err(format!("{key} must be a string, not {}", other.type_str())),
+        };
+        out.push((value, var));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,5 +189,14 @@ mod tests {
         let id = host_identity();
         assert!(id.contains("net:["), "{id}");
         assert_eq!(id, host_identity());
+    }
+
+    #[cfg(feature = "cli")]
+    #[test]
+    fn a_settings_file_names_the_variables_it_stands_for_and_refuses_unknown_keys() {
+        let got = apply_config("store = \"h:7070\"\ntoken = \"t\"\nno_local = true\n").unwrap();
+        assert!(got.contains(&("h:7070".into(), "STORE_ADDR")) && got.contains(&("true".into(), "STORE_NO_LOCAL")), "{got:?}");
+        assert!(apply_config("stor = \"h:1\"").unwrap_err().contains("unknown key"));
+        assert!(apply_config("store = 7").unwrap_err().contains("must be a string"));
     }
 }

@@ -42,7 +42,7 @@ pub use client::{
     MAX_FRAME_BYTES, MAX_MESSAGE_BYTES,
 };
 #[cfg(feature = "cli")]
-pub use connect::ConnectArgs;
+pub use connect::{config_path, load_config_file, ConnectArgs};
 pub use connect::{host_identity, BlocksOver, ConnectOptions};
 pub use error::StoreError;
 pub use tls::{ClientTls, ServerTls};

@@ -144,6 +144,11 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
+    // Settings file first: the environment and flags override it.
+    if let Err(e) = store_client::load_config_file() {
+        errln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     // Every subcommand's --help ends with what its exit status means.
     let matches = with_exit_status(Cli::command()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());

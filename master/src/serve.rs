@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::out::outln;
+use crate::out::{errln, outln};
 use anyhow::Context;
 
 #[derive(clap::Args)]
@@ -34,10 +34,10 @@ pub(crate) struct Args {
     /// PEM certificate chain of this node: both TCP ports serve TLS
     /// (clients then need --tls-ca). It must name the host or IP address
     /// clients use in STORE_ADDR. `master certs` makes one.
-    #[arg(long, env = "STORE_TLS_CERT", value_name = "PEM", requires = "tls_key")]
+    #[arg(long, env = "STORE_NODE_TLS_CERT", value_name = "PEM", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
     /// Private key of --tls-cert.
-    #[arg(long, env = "STORE_TLS_KEY", value_name = "PEM", requires = "tls_cert")]
+    #[arg(long, env = "STORE_NODE_TLS_KEY", value_name = "PEM", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
     /// PEM CA certificate: clients must present a certificate it signed
     /// (mutual TLS), besides the token.
@@ -96,9 +96,18 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     config.node.test_hooks = args.test_hooks;
     config.node.crash_after_batch = args.crash_after_batch;
     config.node.fail_sync_and_undo = args.fail_sync_and_undo;
+    let (tls, token) = (config.tls.is_some(), config.token.is_some());
     let running = store::start(config).await.context("starting the store node")?;
     // A line on stdout that scripts and tests can wait for.
     outln!("listening {}", running.addr());
+    // What a user opens in a firewall and gives clients, at any log level.
+    errln!(
+        "store node: gRPC on {}, block data plane on {} ({}, {})",
+        running.addr(),
+        running.data_addr(),
+        if tls { "TLS" } else { "plaintext" },
+        if token { "token required" } else { "no token" }
+    );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let stopped_writing = running.writes_stopped();

@@ -656,3 +656,35 @@ fn serve_stops_within_its_grace_with_a_request_stuck_and_at_once_on_a_second_sig
     let status = support::wait_for(std::time::Duration::from_secs(5), || store.child.try_wait().unwrap()).expect("stopped");
     assert!(status.success() && t.elapsed() < std::time::Duration::from_millis(1500), "{status} after {:?}", t.elapsed());
 }
+
+/// A settings file names the store and the token; the environment
+/// overrides the file and flags override both; a key the file may not
+/// hold is refused naming the file.
+#[test]
+fn a_settings_file_names_the_store_and_the_environment_and_flags_override_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreProc::start(&dir.path().join("store"), &["--token", "from-the-file"]);
+    let file = dir.path().join("config.toml");
+    std::fs::write(&file, format!("store = \"{}\"\ntoken = \"from-the-file\"\n", store.addr)).unwrap();
+    let run = |env: &[(&str, &str)], args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_master"))
+            .args(["matrix", "list", "--patience-s", "2"])
+            .args(args)
+            .env_remove("STORE_ADDR")
+            .env_remove("STORE_TOKEN")
+            .env("FTBAG_CONFIG", &file)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, err) = run(&[], &[]);
+    assert!(ok, "the file's store and token: {err}");
+    let (ok, err) = run(&[("STORE_TOKEN", "from-the-environment")], &[]);
+    assert!(!ok && err.contains("wrong cluster token"), "the environment overrides the file: {err}");
+    let (ok, err) = run(&[("STORE_TOKEN", "from-the-environment")], &["--token", "from-the-file"]);
+    assert!(ok, "a flag overrides the environment: {err}");
+    std::fs::write(&file, "stor = \"x:1\"\n").unwrap();
+    let (ok, err) = run(&[], &[]);
+    assert!(!ok && err.contains("unknown key") && err.contains("config.toml"), "{err}");
+}

@@ -71,6 +71,8 @@ fn args_for_each() -> Vec<std::ffi::OsString> {
 }
 
 fn main() -> anyhow::Result<()> {
+    // Settings file first: the environment and flags override it.
+    store_client::load_config_file()?;
     apps::kernels::use_fast_blas_kernels();
     store_client::reuse_block_buffers();
     // One slave per core: BLAS must not spawn threads of its own. OpenBLAS
