@@ -19,7 +19,7 @@ impl StoreArgs {
         let addr = &self.connect.store;
         Client::connect_with_retrying(addr, &options, Some(Duration::from_secs(self.patience_s))).await.map_err(|e| match e {
             StoreError::StoreUnavailable { .. } => {
-                anyhow::anyhow!("{e} (tried for {} s; is `master serve` running at {addr}?)", self.patience_s)
+                anyhow::anyhow!("{e} (tried for {} s)", self.patience_s)
             }
             e => e.into(),
         })
