@@ -131,18 +131,21 @@ fn start(hosts: &netns::Cluster, py: &Path, dir: &Path) -> anyhow::Result<Proces
     Ok(p)
 }
 
-/// One run on fresh processes; with `kill_after`, the worker on host 1 is
-/// SIGKILLed that long after the timer started.
-fn run_once(
-    hosts: &netns::Cluster,
+/// What every run of one comparison shares.
+struct Setup<'a> {
+    hosts: &'a netns::Cluster,
     cli_host: usize,
-    op: &str,
+    op: &'static str,
     n: u64,
     b: u32,
-    kill_after: Option<Duration>,
-    patience: Duration,
-    dir: &Path,
-) -> anyhow::Result<DaskRun> {
+    /// Logs and the workers' local directories.
+    dir: &'a Path,
+}
+
+/// One run on fresh processes; with `kill_after`, the worker on host 1 is
+/// SIGKILLed that long after the timer started.
+fn run_once(setup: &Setup, kill_after: Option<Duration>, patience: Duration) -> anyhow::Result<DaskRun> {
+    let Setup { hosts, cli_host, op, n, b, dir } = *setup;
     let py = super::dask_python()?;
     let mut procs = start(hosts, &py, dir)?;
     let mut driver = hosts
@@ -257,7 +260,8 @@ pub(super) fn run(
         "Dask distributed: {op} n = {n}, chunks {b}; scheduler on host 0, {workers} workers (1 thread each) on hosts 1..{workers}, \
          inputs generated and persisted in the workers' memory before the timed part"
     );
-    let plain = run_once(hosts, cli_host, op, n, b, None, Duration::from_secs(3600), dir.path())?;
+    let setup = Setup { hosts, cli_host, op, n, b, dir: dir.path() };
+    let plain = run_once(&setup, None, Duration::from_secs(3600))?;
     eprintln!("  {:.2} GFLOP/s ({:.1} s, residual {:?})", plain.gflops, plain.seconds, plain.residual);
     if !plain.finished {
         bail!("Dask's run without a kill did not finish; see {}", dir.path().display());
@@ -266,7 +270,7 @@ pub(super) fn run(
         let half = Duration::from_secs_f64(plain.seconds / 2.0);
         let patience = Duration::from_secs_f64((plain.seconds * 10.0).max(60.0));
         eprintln!("Dask again, SIGKILLing the worker on host 1 after {:.1} s", half.as_secs_f64());
-        let k = run_once(hosts, cli_host, op, n, b, Some(half), patience, dir.path())?;
+        let k = run_once(&setup, Some(half), patience)?;
         if k.finished {
             eprintln!("  finished in {:.1} s ({:.2} GFLOP/s, residual {:?})", k.seconds, k.gflops, k.residual);
         } else {
