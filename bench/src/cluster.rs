@@ -25,6 +25,14 @@
 //!
 //! Everything is blocking: the harness owns a small tokio runtime for its
 //! store-client calls, so callers need no async.
+//!
+//! Where the processes run is one choice, [`Placement`]: all on this host
+//! (the node on 127.0.0.1, slaves taking its Unix sockets), or across
+//! network-namespace hosts ([`HostsPlacement`]: the node on host 0 at fixed
+//! ports with a token, slaves on hosts 1..N-1 round robin, the CLI on the
+//! placement's `cli_host`). Across hosts the harness must be started and
+//! used from a thread that entered a host ([`on_host`]): its own client,
+//! and the runtime threads it makes, are then that host's.
 
 // The API serves several benches; not each uses every part of it.
 #![allow(dead_code)]
@@ -32,11 +40,12 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use slave::record::{self, JobRecord, TaskDone, TaskTimes};
-use store_client::Client;
+use store_client::{Client, ConnectOptions};
 use uuid::Uuid;
 
 /// How to start a cluster.
@@ -54,12 +63,72 @@ pub(crate) struct ClusterConfig {
     pub(crate) serve_args: Vec<String>,
     /// Extra arguments for every `slave` (e.g. `--compute idle`).
     pub(crate) slave_args: Vec<String>,
+    /// Where the processes run.
+    pub(crate) placement: Placement,
 }
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { slaves: 2, cache_mib: 1024, base_dir: None, serve_args: Vec::new(), slave_args: Vec::new() }
+        ClusterConfig {
+            slaves: 2,
+            cache_mib: 1024,
+            base_dir: None,
+            serve_args: Vec::new(),
+            slave_args: Vec::new(),
+            placement: Placement::Local,
+        }
     }
+}
+
+/// Where a cluster's processes run.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum Placement {
+    /// All on this host: the node on 127.0.0.1 (a port the OS picks), and
+    /// clients on its host take its Unix sockets.
+    #[default]
+    Local,
+    /// Across network-namespace hosts, over TCP with a token.
+    Hosts(HostsPlacement),
+}
+
+/// The store node on host 0 (`--listen` [`GRPC_PORT`] and `--data-listen`
+/// [`DATA_PORT`] on its address, `--token`), slave `k` (from 0) on host
+/// `1 + k % (N - 1)`, `master` calls on `cli_host`.
+#[derive(Clone, Debug)]
+pub(crate) struct HostsPlacement {
+    pub(crate) hosts: Arc<netns::Cluster>,
+    pub(crate) token: String,
+    pub(crate) cli_host: usize,
+}
+
+/// The node's fixed ports across hosts (what a firewall would open).
+pub(crate) const GRPC_PORT: u16 = 7070;
+pub(crate) const DATA_PORT: u16 = 7071;
+
+impl HostsPlacement {
+    /// The node's gRPC address.
+    pub(crate) fn store_addr(&self) -> String {
+        format!("{}:{GRPC_PORT}", self.hosts.addr(0))
+    }
+
+    /// The host slave number `k` (from 0) runs on.
+    pub(crate) fn slave_host(&self, k: usize) -> usize {
+        1 + k % (self.hosts.hosts() - 1).max(1)
+    }
+}
+
+/// Runs `f` on a thread of its own moved into host `host` of `hosts` (for
+/// good: the thread ends with `f`), so the sockets it and the threads it
+/// starts open are that host's.
+pub(crate) fn on_host<T: Send>(hosts: &netns::Cluster, host: usize, f: impl FnOnce() -> anyhow::Result<T> + Send) -> anyhow::Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            hosts.enter(host).with_context(|| format!("moving a thread into host {host}"))?;
+            f()
+        })
+        .join()
+        .unwrap_or_else(|_| bail!("the thread on host {host} panicked"))
+    })
 }
 
 extern "C" {
@@ -129,6 +198,8 @@ pub(crate) struct Snapshot {
     /// Bytes received on the loopback interface (whole machine): the
     /// transfer volume between store node and slaves.
     pub(crate) loopback_bytes: u64,
+    /// Across hosts: each host's link counters (host 0 is the store's).
+    pub(crate) links: Vec<netns::LinkBytes>,
 }
 
 impl Snapshot {
@@ -145,6 +216,16 @@ impl Snapshot {
 
     pub(crate) fn loopback_since(&self, later: &Snapshot) -> u64 {
         later.loopback_bytes.saturating_sub(self.loopback_bytes)
+    }
+
+    /// Across hosts: bytes each host's link carried between `self` and
+    /// `later`, as the host saw them (empty on one host).
+    pub(crate) fn links_since(&self, later: &Snapshot) -> Vec<netns::LinkBytes> {
+        self.links
+            .iter()
+            .zip(&later.links)
+            .map(|(a, b)| netns::LinkBytes { rx: b.rx.saturating_sub(a.rx), tx: b.tx.saturating_sub(a.tx) })
+            .collect()
     }
 }
 
@@ -248,10 +329,10 @@ impl Cluster {
             .prefix("cluster-")
             .tempdir_in(&base)
             .with_context(|| format!("making the store node's data directory in {}", base.display()))?;
-        let (store, addr) = start_store(&bin, dir.path(), "127.0.0.1:0", &config)?;
+        let (store, addr) = start_store(&bin, dir.path(), &config)?;
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
         let client = rt
-            .block_on(Client::connect_retrying(&addr, None, Some(Duration::from_secs(20))))
+            .block_on(connect(&config.placement, &addr, Duration::from_secs(20)))
             .with_context(|| format!("connecting to the store node at {addr}"))?;
         let mut c = Cluster { bin, rt, client, addr, dir, store, config, slaves: Vec::new(), started: 0 };
         for _ in 0..c.config.slaves {
@@ -284,7 +365,11 @@ impl Cluster {
         self.started += 1;
         let name = format!("slave-{}", self.started);
         let log = std::fs::File::create(self.dir.path().join(format!("{name}.log")))?;
-        let child = Command::new(self.bin.join("slave"))
+        let host = match &self.config.placement {
+            Placement::Local => None,
+            Placement::Hosts(h) => Some(h.slave_host(self.started - 1)),
+        };
+        let child = process(&self.config.placement, host, &self.bin.join("slave"))
             .args(["--store", &self.addr, "--name", &name])
             .args(&self.config.slave_args)
             .env("OPENBLAS_NUM_THREADS", "1")
@@ -329,10 +414,14 @@ impl Cluster {
     /// Restarts the store node on the same data directory and address
     /// (after [`Cluster::kill_store`]); recovery runs as it starts.
     pub(crate) fn restart_store(&mut self) -> anyhow::Result<()> {
-        let (store, addr) = start_store(&self.bin, self.dir.path(), &self.addr, &self.config)?;
+        let mut config = self.config.clone();
+        if let Placement::Local = config.placement {
+            config.serve_args.extend(["--listen".to_owned(), self.addr.clone()]);
+        }
+        let (store, addr) = start_store(&self.bin, self.dir.path(), &config)?;
         debug_assert_eq!(addr, self.addr);
         self.store = store;
-        self.client = self.rt.block_on(Client::connect_retrying(&self.addr, None, Some(Duration::from_secs(30))))?;
+        self.client = self.rt.block_on(connect(&self.config.placement, &self.addr, Duration::from_secs(30)))?;
         Ok(())
     }
 
@@ -353,13 +442,18 @@ impl Cluster {
             store: ProcStats::read(self.store.id()).unwrap_or_default(),
             slaves: self.slave_pids().into_iter().filter_map(ProcStats::read).collect(),
             loopback_bytes: loopback_rx_bytes(),
+            links: match &self.config.placement {
+                Placement::Local => Vec::new(),
+                Placement::Hosts(h) => (0..h.hosts.hosts()).map(|i| h.hosts.link_bytes(i).unwrap_or_default()).collect(),
+            },
         }
     }
 
     /// Runs `master ARGS --store ADDR`, returning its stdout; fails with
     /// its stderr if it exits non-zero.
     pub(crate) fn master(&self, args: &[&str]) -> anyhow::Result<String> {
-        let out = Command::new(self.bin.join("master"))
+        let out = self
+            .cli()
             .args(args)
             .args(["--store", &self.addr])
             .stdin(Stdio::null())
@@ -369,6 +463,24 @@ impl Cluster {
             bail!("master {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// A `master` command where the CLI runs (its host, the token).
+    fn cli(&self) -> Command {
+        let host = match &self.config.placement {
+            Placement::Local => None,
+            Placement::Hosts(h) => Some(h.cli_host),
+        };
+        process(&self.config.placement, host, &self.bin.join("master"))
+    }
+
+    /// The host of slave `index` (in [`Cluster::slave_pids`]'s order);
+    /// `None` on one host.
+    pub(crate) fn slave_host(&self, index: usize) -> Option<usize> {
+        let Placement::Hosts(h) = &self.config.placement else { return None };
+        let name = &self.slaves.get(index)?.name;
+        let k: usize = name.strip_prefix("slave-")?.parse().ok()?;
+        Some(h.slave_host(k - 1))
     }
 
     /// `master matrix create NAME --n N --block B --kind KIND --seed S`.
@@ -395,10 +507,7 @@ impl Cluster {
 
     /// `master verify JOB`: (passed, the line it printed).
     pub(crate) fn verify(&self, job: Uuid) -> anyhow::Result<(bool, String)> {
-        let out = Command::new(self.bin.join("master"))
-            .args(["verify", &job.to_string(), "--store", &self.addr])
-            .stdin(Stdio::null())
-            .output()?;
+        let out = self.cli().args(["verify", &job.to_string(), "--store", &self.addr]).stdin(Stdio::null()).output()?;
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         Ok((out.status.success(), text.trim().to_owned()))
     }
@@ -408,6 +517,30 @@ impl Cluster {
     /// `state == "failed"`, not an error.
     pub(crate) fn wait(&self, job: Uuid, timeout: Duration) -> anyhow::Result<JobResult> {
         self.rt.block_on(wait_job(&self.client, job, timeout))
+    }
+
+    /// Waits until at least `fraction` of the job's tasks have committed
+    /// (or it ended); returns how many had, of how many. Polls the done
+    /// records every 100 ms.
+    pub(crate) fn wait_progress(&self, job: Uuid, fraction: f64, timeout: Duration) -> anyhow::Result<(usize, usize)> {
+        self.rt.block_on(async {
+            let raw = self.client.peek_small(&record::job_key(job)).await?.with_context(|| format!("no job {job}"))?;
+            let rec: JobRecord = serde_json::from_slice(&raw).context("unreadable job record")?;
+            let total = rec.total_tasks();
+            let start = Instant::now();
+            loop {
+                let done = self.client.scan_small(&record::done_prefix(job), 0).await?.len();
+                let ended = self.client.peek_small(&record::finished_key(job)).await?.is_some()
+                    || self.client.peek_small(&record::failed_key(job)).await?.is_some();
+                if done as f64 >= fraction * total as f64 || ended {
+                    return Ok((done, total));
+                }
+                if start.elapsed() > timeout {
+                    bail!("job {job}: {done} of {total} tasks after {:.0} s", timeout.as_secs_f64());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
     }
 
     /// Submit, then wait.
@@ -449,19 +582,56 @@ fn keep_logs(dir: &Path) {
     }
 }
 
-/// Starts `master serve` and reads its "listening ADDR" line.
-fn start_store(bin: &Path, dir: &Path, listen: &str, config: &ClusterConfig) -> anyhow::Result<(Child, String)> {
+/// `program` in `host` (this host for `None` or [`Placement::Local`]),
+/// with the cluster's token across hosts.
+fn process(placement: &Placement, host: Option<usize>, program: &Path) -> Command {
+    match (placement, host) {
+        (Placement::Hosts(h), Some(host)) => {
+            let mut cmd = h.hosts.command(host, program);
+            cmd.env("STORE_TOKEN", &h.token);
+            cmd
+        }
+        _ => Command::new(program),
+    }
+}
+
+/// The harness's own client: over loopback on one host; across hosts over
+/// TCP with the token (from the calling thread's host).
+async fn connect(placement: &Placement, addr: &str, patience: Duration) -> Result<Client, store_client::StoreError> {
+    match placement {
+        Placement::Local => Client::connect_retrying(addr, None, Some(patience)).await,
+        Placement::Hosts(h) => {
+            let options = ConnectOptions { token: Some(h.token.clone()), ..ConnectOptions::default() };
+            Client::connect_with_retrying(addr, &options, Some(patience)).await
+        }
+    }
+}
+
+/// Starts `master serve` and reads its "listening ADDR" line: on one host
+/// at 127.0.0.1 (a port the OS picks, unless `serve_args` names one);
+/// across hosts on host 0 at the fixed ports, with the token.
+fn start_store(bin: &Path, dir: &Path, config: &ClusterConfig) -> anyhow::Result<(Child, String)> {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("store.log"))?;
-    let mut child = Command::new(bin.join("master"))
-        .args(["serve", "--data"])
-        .arg(dir.join("store"))
-        .args(["--listen", listen, "--cache-mib", &config.cache_mib.to_string()])
-        .args(&config.serve_args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("starting {} serve", bin.join("master").display()))?;
+    let mut cmd = process(&config.placement, Some(0), &bin.join("master"));
+    cmd.args(["serve", "--data"]).arg(dir.join("store")).args(["--cache-mib", &config.cache_mib.to_string()]);
+    match &config.placement {
+        Placement::Local if !config.serve_args.iter().any(|a| a == "--listen") => {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        Placement::Local => {}
+        Placement::Hosts(h) => {
+            let ip = h.hosts.addr(0);
+            cmd.args(["--listen", &format!("{ip}:{GRPC_PORT}"), "--data-listen", &format!("{ip}:{DATA_PORT}")]);
+        }
+    }
+    cmd.args(&config.serve_args).stderr(log);
+    spawn_node(cmd, &dir.join("store.log"))
+}
+
+/// Spawns a `master serve` command (its stderr already set) and reads its
+/// "listening ADDR" line; `log` is named in the error if it does not start.
+pub(crate) fn spawn_node(mut cmd: Command, log: &Path) -> anyhow::Result<(Child, String)> {
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).spawn().context("starting master serve")?;
     let stdout = child.stdout.take().context("no stdout")?;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -476,7 +646,7 @@ fn start_store(bin: &Path, dir: &Path, listen: &str, config: &ClusterConfig) -> 
         _ => {
             let _ = child.kill();
             let _ = child.wait();
-            bail!("the store node did not start; see {}", dir.join("store.log").display());
+            bail!("the store node did not start; see {}", log.display());
         }
     };
     let addr = line.strip_prefix("listening ").with_context(|| format!("unexpected first line {line:?} from master serve"))?;

@@ -3,6 +3,9 @@
 //! OpenBLAS/LAPACK with 2 threads and against Dask on zarr arrays, all in
 //! one run so the ratios share the machine's load of the moment.
 //!
+//! With `--hosts N` the job runs across network-namespace hosts instead,
+//! beside the same job on one host and Dask distributed ([`hosts`]).
+//!
 //! The in-core reference runs in this process: OpenBLAS reads
 //! `OPENBLAS_NUM_THREADS` only when the library loads, so the thread count
 //! is set through `apps::kernels::set_blas_threads` instead.
@@ -17,6 +20,9 @@ use serde_json::{json, Value};
 
 use crate::cluster::{Cluster, ClusterConfig, JobResult, ProcStats, Snapshot};
 use crate::report::Figure;
+
+mod dask_hosts;
+mod hosts;
 
 /// Sets the BLAS threads of this process.
 pub(crate) fn set_blas_threads(n: usize) {
@@ -35,11 +41,15 @@ pub(crate) struct Args {
     /// Which job: matmul (issue 3), cholesky or lu (issue 4).
     #[arg(value_enum)]
     app: App,
-    /// Matrix order n of the out-of-core job.
-    #[arg(long, default_value_t = 16384)]
+    /// Matrix order n of the out-of-core job (default 16384; with --hosts 4096).
+    #[arg(long = "n", value_name = "N")]
+    n_arg: Option<u64>,
+    #[arg(skip)]
     n: u64,
-    /// Block size b.
-    #[arg(long, default_value_t = 2048)]
+    /// Block size b (default 2048; with --hosts 512).
+    #[arg(long = "block", value_name = "B")]
+    block_arg: Option<u32>,
+    #[arg(skip)]
     block: u32,
     /// Slave processes.
     #[arg(long, default_value_t = 2)]
@@ -87,11 +97,29 @@ pub(crate) struct Args {
     /// Seconds any one job may take before the bench gives up.
     #[arg(long, default_value_t = 3600)]
     job_timeout_s: u64,
+    /// Run the job across this many network-namespace hosts (needs root):
+    /// the store node on host 0, one slave on each other host, the CLI on
+    /// the last; beside the same job on one host with as many slaves, the
+    /// job again with one slave SIGKILLed halfway, and Dask distributed on
+    /// the same hosts (matmul, cholesky). Replaces the in-core and zarr
+    /// comparisons.
+    #[arg(long, value_name = "N")]
+    hosts: Option<usize>,
+    /// With --hosts: each host's link rate both ways (tc tbf, e.g. 1gbit,
+    /// 300mbit; "none": unshaped). No delay is applied (no netem here).
+    #[arg(long, default_value = "1gbit", requires = "hosts")]
+    rate: String,
+    /// With --hosts: skip the runs with a slave (Dask: a worker) SIGKILLed halfway.
+    #[arg(long, requires = "hosts")]
+    no_kill: bool,
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
 
 pub(crate) fn run(mut args: Args) -> anyhow::Result<()> {
+    let (n, b) = if args.hosts.is_some() { (4096, 512) } else { (16384, 2048) };
+    args.n = args.n_arg.unwrap_or(n);
+    args.block = args.block_arg.unwrap_or(b);
     if args.quick {
         args.n = 2048;
         args.block = 512;
@@ -109,6 +137,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<()> {
     };
     let mut figs: Figs = Vec::new();
     match args.app {
+        _ if args.hosts.is_some() => hosts::run(&args, &base, &mut figs)?,
         App::Matmul => matmul(&args, &base, &mut figs)?,
         App::Cholesky => cholesky(&args, &base, &mut figs)?,
         App::Lu => lu(&args, &base, &mut figs)?,
@@ -350,10 +379,10 @@ fn venv_dir() -> PathBuf {
 }
 
 fn venv_ready(py: &Path) -> bool {
-    Command::new(py).args(["-c", "import dask, dask.array, zarr, numpy, scipy"]).output().is_ok_and(|o| o.status.success())
+    Command::new(py).args(["-c", "import dask, dask.array, distributed, zarr, numpy, scipy"]).output().is_ok_and(|o| o.status.success())
 }
 
-/// Creates the virtual environment with dask, zarr, numpy and scipy if it is
+/// Creates the virtual environment with dask, distributed, zarr, numpy and scipy if it is
 /// not there yet (installing python3-venv with apt-get if venv is missing);
 /// returns its python.
 pub(crate) fn dask_python() -> anyhow::Result<PathBuf> {
@@ -375,11 +404,11 @@ pub(crate) fn dask_python() -> anyhow::Result<PathBuf> {
     }
     // zarr 2: the array format dask's to_zarr/from_zarr have used longest.
     let st = Command::new(dir.join("bin/pip"))
-        .args(["install", "-q", "dask[array]", "zarr>=2.16,<3", "numpy", "scipy"])
+        .args(["install", "-q", "dask[array]", "distributed", "zarr>=2.16,<3", "numpy", "scipy"])
         .status()
         .context("running pip")?;
     if !st.success() || !venv_ready(&py) {
-        bail!("pip could not install dask, zarr, numpy and scipy into {}", dir.display());
+        bail!("pip could not install dask, distributed, zarr, numpy and scipy into {}", dir.display());
     }
     Ok(py)
 }

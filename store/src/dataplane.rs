@@ -144,6 +144,11 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
     let mut pipe: Option<PipeReader> = None;
     let mut readahead = Readahead::default();
     loop {
+        // The previous answer (or the hello's) whole on the wire before
+        // waiting for the next request: over TLS a write may leave records
+        // in the session's buffer when the socket was full, and a client
+        // waiting for them would wait for ever (a no-op on plain sockets).
+        s.flush().await?;
         let mut head = [0u8; REQUEST_LEN];
         // On a Unix socket a request may carry a descriptor (`Op::Pipe`'s);
         // any other request's are dropped (closed) here.
@@ -624,7 +629,8 @@ async fn hello(s: &mut Stream, token: &[u8]) -> Result<(), ConnError> {
 async fn send_error(s: &mut Stream, e: &StoreError) -> std::io::Result<()> {
     let detail = e.to_detail();
     s.write_all(&Reply { ok: false, len: detail.len() as u64 }.encode()).await?;
-    s.write_all(&detail).await
+    s.write_all(&detail).await?;
+    s.flush().await
 }
 
 #[cfg(test)]

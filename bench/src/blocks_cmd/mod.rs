@@ -45,6 +45,7 @@
 //! best passes' rates. The cold gets still run whole passes (a chunk cannot
 //! be made cold for one side alone) and report the best pass of each side.
 
+mod hosts;
 mod paired;
 mod raw;
 
@@ -102,6 +103,17 @@ pub(crate) struct Args {
     /// on one CPU. Needs two CPUs or more.
     #[arg(long)]
     pin: bool,
+    /// Measure across two network-namespace hosts instead (needs root): a
+    /// `master serve` node on host 0, this client on host 1, blocks over
+    /// the TCP data plane, without and with TLS (the cost of TLS), at each
+    /// of --rates. Uses --sizes (quick: 1024), --mib (default 256, quick
+    /// 64), --reps, --batch, --dir.
+    #[arg(long)]
+    hosts: bool,
+    /// With --hosts: the link rates to measure at (tc tbf both ways;
+    /// "none": unshaped). No delay is applied (no netem here).
+    #[arg(long, value_delimiter = ',', default_value = "none,1gbit", requires = "hosts")]
+    rates: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -147,6 +159,9 @@ const TARGET_GET: f64 = 0.6;
 const MIB: f64 = (1 << 20) as f64;
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    if args.hosts {
+        return hosts::run(&args);
+    }
     // This process is both the store node and its client: tune malloc as
     // `master serve` and `slave` do, so the figure is the deployed one.
     // The raw side runs in the same process with the same allocator.

@@ -275,6 +275,10 @@ impl DataPlane {
 
     async fn hello(&self, s: &mut (impl AsyncRead + AsyncWrite + Unpin)) -> Result<()> {
         s.write_all(&self.hello).await.map_err(|e| self.unavailable(format!("connecting: {e}")))?;
+        // Over TLS a write may leave records in the session's buffer when
+        // the socket was full: flush before waiting for the answer (a no-op
+        // on plain sockets).
+        s.flush().await.map_err(|e| self.unavailable(format!("connecting: {e}")))?;
         match self.read_reply(s).await? {
             Ok(0) => Ok(()),
             Ok(len) => Err(self.unavailable(format!("hello answered with {len} bytes"))),
@@ -399,6 +403,7 @@ impl DataPlane {
         let flags = wire::LocalGetFlags { stamp_wanted: peeked.is_some(), client_cpu: current_cpu() };
         let req = Request::get(op, action, matrix, i, j, flags.encode());
         s.write_all(&req.encode()).await.map_err(|e| self.unavailable(format!("sending a get: {e}")))?;
+        s.flush().await.map_err(|e| self.unavailable(format!("sending a get: {e}")))?;
         // Anything wrong with the peeked file (replaced, reused, cut) only
         // means it is not the block: the reply's file is read instead.
         let early = peeked
@@ -501,6 +506,7 @@ impl DataPlane {
             let mut out = req.encode().to_vec();
             out.extend_from_slice(&body);
             s.write_all(&out).await.map_err(|e| self.unavailable(format!("sending a get: {e}")))?;
+            s.flush().await.map_err(|e| self.unavailable(format!("sending a get: {e}")))?;
             if !local {
                 let values = self.recv_values(&mut s, chunk, matrix).await?;
                 self.give_back(s);
@@ -633,6 +639,7 @@ impl DataPlane {
     async fn get_on(&self, s: &mut Stream, req: &Request) -> Result<Result<BlockData>> {
         let what = || format!("block ({}, {}) of {}", req.i, req.j, req.matrix);
         s.write_all(&req.encode()).await.map_err(|e| self.unavailable(format!("sending a get: {e}")))?;
+        s.flush().await.map_err(|e| self.unavailable(format!("sending a get: {e}")))?;
         let mut left = match self.read_reply(s).await? {
             Ok(len) => len,
             Err(e) => return Ok(Err(e)),
@@ -676,6 +683,7 @@ impl DataPlane {
         let mut out = req.encode().to_vec();
         out.extend_from_slice(body);
         s.write_all(&out).await.map_err(|e| self.unavailable(format!("sending a call: {e}")))?;
+        s.flush().await.map_err(|e| self.unavailable(format!("sending a call: {e}")))?;
         match self.read_reply(s).await? {
             Ok(len) if len <= wire::MAX_CALL_BODY => {
                 let mut reply = vec![0u8; len as usize];
@@ -701,6 +709,7 @@ impl DataPlane {
             })?,
             _ => s.write_all(payload).await.map_err(send)?,
         }
+        s.flush().await.map_err(send)?;
         match self.read_reply(s).await? {
             Ok(0) => Ok(Ok(())),
             Ok(len) => Err(self.unavailable(format!("a put answered with {len} bytes"))),

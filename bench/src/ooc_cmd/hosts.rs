@@ -1,0 +1,297 @@
+//! `bench ooc APP --hosts N --rate R`: the same out-of-core job across N
+//! network-namespace hosts (`netns`): the store node on host 0 (fixed
+//! ports, a token), one slave on each of hosts 1..N-1, the `master` CLI and
+//! this bench's own client on host N-1, every block over TCP through the
+//! shaped links; beside it, in the same run, the job on one host with as
+//! many slaves (the existing path: loopback, the node's Unix sockets).
+//! Then the same job across hosts once more with one slave SIGKILLed
+//! halfway (it must finish), and Dask distributed on the same hosts
+//! ([`super::dask_hosts`]).
+//!
+//! Bytes per link come from each host's veth counters
+//! ([`netns::Cluster::link_bytes`]) read before and after the job: the
+//! store host's link carries every block a slave reads or writes.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use rand::Rng;
+use serde_json::{json, Value};
+
+use super::{dask_hosts, round3, App, Args, Figs};
+use crate::cluster::{on_host, Cluster, ClusterConfig, HostsPlacement, JobResult, Placement};
+
+/// What one app's job is: the inputs to create (name, kind, seed), the
+/// `master submit` arguments and the matrix it writes.
+struct Job {
+    inputs: Vec<(&'static str, &'static str, u64)>,
+    submit: Vec<String>,
+    output: &'static str,
+    label: String,
+}
+
+impl Job {
+    fn of(args: &Args) -> Job {
+        let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        match args.app {
+            App::Matmul => Job {
+                inputs: vec![("A", "random", 1), ("B", "random", 2)],
+                submit: own(&["matmul", "A", "B", "--out", "C"]),
+                output: "C",
+                label: "matmul".into(),
+            },
+            App::Cholesky => {
+                let v = args.variant.first().map_or("dag", String::as_str).to_owned();
+                Job {
+                    inputs: vec![("S", "spd", 3)],
+                    submit: own(&["cholesky", "S", "--out", "L", "--variant", &v]),
+                    output: "L",
+                    label: format!("cholesky ({v})"),
+                }
+            }
+            App::Lu if args.pivot => Job {
+                inputs: vec![("R", "random", 5)],
+                submit: own(&["lu", "R", "--out", "LU", "--schedule", "dag", "--pivot"]),
+                output: "LU",
+                label: "lu (pivot, dag)".into(),
+            },
+            App::Lu => Job {
+                inputs: vec![("D", "diag-dominant", 4)],
+                submit: own(&["lu", "D", "--out", "LU", "--schedule", "dag"]),
+                output: "LU",
+                label: "lu (no pivoting, dag)".into(),
+            },
+        }
+    }
+
+    fn submit_args(&self) -> Vec<&str> {
+        self.submit.iter().map(String::as_str).collect()
+    }
+
+    fn create_inputs(&self, c: &Cluster, n: u64, b: u32) -> anyhow::Result<()> {
+        for &(name, kind, seed) in &self.inputs {
+            c.create_matrix(name, n, b, kind, seed)?;
+        }
+        Ok(())
+    }
+}
+
+/// One job measured: its result, the bytes each host's link carried
+/// (across hosts) and whether `master verify` passed.
+struct Run {
+    job: JobResult,
+    links: Vec<netns::LinkBytes>,
+    verified: Option<bool>,
+}
+
+fn run_once(c: &Cluster, job: &Job, args: &Args) -> anyhow::Result<Run> {
+    let before = c.snapshot();
+    let r = c.run_job(&job.submit_args(), Duration::from_secs(args.job_timeout_s))?;
+    let after = c.snapshot();
+    if !r.ok() {
+        bail!("job {} ({}) did not succeed: {}", r.id, job.label, r.failure.clone().unwrap_or_default());
+    }
+    let verified = verify(c, args, r.id)?;
+    eprintln!("  {}: {} tasks in {:.1} s, {:.2} GFLOP/s", job.label, r.tasks, r.seconds, r.gflops());
+    Ok(Run { job: r, links: before.links_since(&after), verified })
+}
+
+fn verify(c: &Cluster, args: &Args, id: uuid::Uuid) -> anyhow::Result<Option<bool>> {
+    if args.no_verify {
+        return Ok(None);
+    }
+    let (ok, line) = c.verify(id)?;
+    eprintln!("  verify: {} {line}", if ok { "ok" } else { "FAILED" });
+    Ok(Some(ok))
+}
+
+/// A random cluster token.
+fn token() -> String {
+    rand::thread_rng().sample_iter(&rand::distributions::Alphanumeric).take(24).map(char::from).collect()
+}
+
+/// The links' bytes as JSON: the store host's, then each slave host's.
+fn links_json(links: &[netns::LinkBytes]) -> Value {
+    let host = |i: usize, l: &netns::LinkBytes| json!({"host": i, "tx_bytes": l.tx, "rx_bytes": l.rx});
+    json!({
+        "store": links.first().map(|l| host(0, l)),
+        "slaves": links.iter().enumerate().skip(1).map(|(i, l)| host(i, l)).collect::<Vec<_>>(),
+    })
+}
+
+fn print_links(links: &[netns::LinkBytes], secs: f64) {
+    for (i, l) in links.iter().enumerate() {
+        let role = if i == 0 { "store host" } else { "slave host" };
+        eprintln!(
+            "    host {i} ({role}): sent {:.0} MiB, received {:.0} MiB ({:.0} / {:.0} Mbit/s over the job)",
+            l.tx as f64 / super::MIB,
+            l.rx as f64 / super::MIB,
+            l.tx as f64 * 8.0 / secs.max(1e-9) / 1e6,
+            l.rx as f64 * 8.0 / secs.max(1e-9) / 1e6
+        );
+    }
+}
+
+pub(super) fn run(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
+    let n_hosts = args.hosts.context("--hosts")?;
+    if n_hosts < 2 {
+        bail!("--hosts needs 2 hosts or more (the store's and at least one slave's)");
+    }
+    let slaves = n_hosts - 1;
+    let (n, b) = (args.n, args.block);
+    let job = Job::of(args);
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let oversubscribed = slaves + 1 > cores;
+    let rate = args.rate.clone();
+    eprintln!("ooc across hosts: {} n = {n}, b = {b}; {n_hosts} hosts at {rate} (no delay applied), {slaves} slaves", job.label);
+    if oversubscribed {
+        eprintln!(
+            "note: {slaves} slaves and the store node share this machine's {cores} cores: oversubscribed, so both runs \
+             are CPU-bound below what {n_hosts} real hosts would do; the link figures are the point"
+        );
+    }
+    let common = |e: &mut Vec<(&'static str, Value)>| {
+        e.extend([
+            ("n", json!(n)),
+            ("block", json!(b)),
+            ("hosts", json!(n_hosts)),
+            ("rate", json!(rate)),
+            ("slaves", json!(slaves)),
+            ("cores", json!(cores)),
+            ("oversubscribed", json!(oversubscribed)),
+            ("delay", json!("none (no netem)")),
+        ])
+    };
+
+    // ---- the same job on one host, as many slaves ----
+    eprintln!("one host: {slaves} slaves, the node's Unix sockets");
+    let one = {
+        let c = Cluster::start(ClusterConfig {
+            slaves,
+            cache_mib: args.cache_mib,
+            base_dir: Some(base.to_owned()),
+            ..ClusterConfig::default()
+        })?;
+        job.create_inputs(&c, n, b)?;
+        run_once(&c, &job, args)?
+    };
+
+    // ---- across hosts ----
+    let mut spec = netns::Spec::hosts(n_hosts);
+    if rate != "none" {
+        spec = spec.rate(rate.parse().with_context(|| format!("--rate {rate}"))?);
+    }
+    let hosts = Arc::new(netns::Cluster::create(spec).context("creating the namespace hosts (needs root)")?);
+    let cli_host = n_hosts - 1;
+    let placement = HostsPlacement { hosts: hosts.clone(), token: token(), cli_host };
+    eprintln!(
+        "across hosts: store node on host 0 ({}), slaves on hosts 1..{}, CLI on host {cli_host}",
+        placement.store_addr(),
+        n_hosts - 1
+    );
+    let (across, killed) = on_host(&hosts, cli_host, || {
+        let mut c = Cluster::start(ClusterConfig {
+            slaves,
+            cache_mib: args.cache_mib,
+            base_dir: Some(base.to_owned()),
+            placement: Placement::Hosts(placement.clone()),
+            ..ClusterConfig::default()
+        })?;
+        eprintln!("  creating the inputs (over host {cli_host}'s link)");
+        job.create_inputs(&c, n, b)?;
+        let across = run_once(&c, &job, args)?;
+        print_links(&across.links, across.job.seconds);
+        if args.no_kill {
+            return Ok((across, None));
+        }
+        c.remove_matrix(job.output);
+        eprintln!("  again, SIGKILLing the slave on host {} halfway", c.slave_host(0).unwrap_or(1));
+        let id = c.submit(&job.submit_args())?;
+        let timeout = Duration::from_secs(args.job_timeout_s);
+        let (done, total) = c.wait_progress(id, 0.5, timeout)?;
+        c.kill_slave(0)?;
+        let r = c.wait(id, timeout)?;
+        eprintln!(
+            "  with a kill at {done}/{total} tasks: {} in {:.1} s ({:.2} GFLOP/s, {} redone, {} committed twice)",
+            r.state,
+            r.seconds,
+            r.gflops(),
+            r.redone,
+            r.duplicates
+        );
+        let verified = if r.ok() { verify(&c, args, r.id)? } else { None };
+        Ok((across, Some((r, done, total, verified))))
+    })?;
+
+    let (gf, one_gf) = (across.job.gflops(), one.job.gflops());
+    let app = match args.app {
+        App::Matmul => "matmul",
+        App::Cholesky => "cholesky",
+        App::Lu => "lu",
+    };
+    let mut e = vec![
+        ("seconds", json!(round3(across.job.seconds))),
+        ("tasks", json!(across.job.tasks)),
+        ("one_host_gflops", json!(round3(one_gf))),
+        ("one_host_seconds", json!(round3(one.job.seconds))),
+        ("vs_one_host", json!(round3(gf / one_gf.max(1e-9)))),
+        ("links", links_json(&across.links)),
+        ("job", json!(job.label)),
+    ];
+    if let Some(v) = across.verified {
+        e.push(("verified", json!(v)));
+    }
+    if let (App::Matmul, Some(l)) = (args.app, across.links.first()) {
+        // The source's count (no caching): 2p reads per task, p² tasks, a write each.
+        let p = n.div_ceil(b as u64) as f64;
+        let block_bytes = (b as f64).powi(2) * 8.0;
+        let source = (2.0 * p.powi(3) + p * p) * block_bytes;
+        e.push(("source_block_bytes", json!(source)));
+        e.push(("store_link_vs_source", json!(round3((l.tx + l.rx) as f64 / source))));
+    }
+    common(&mut e);
+    figs.push((format!("ooc_hosts_{app}_gflops"), round3(gf), "GFLOP/s", None, e));
+    let mut e = vec![("gflops", json!(round3(gf))), ("one_host_gflops", json!(round3(one_gf)))];
+    common(&mut e);
+    figs.push((format!("ooc_hosts_{app}_vs_one_host"), round3(gf / one_gf.max(1e-9)), "ratio", None, e));
+    if let Some((r, done, total, verified)) = &killed {
+        let mut e = vec![
+            ("finished", json!(r.ok())),
+            ("gflops", json!(round3(r.gflops()))),
+            ("killed_at_tasks", json!(format!("{done}/{total}"))),
+            ("redone", json!(r.redone)),
+            ("duplicates", json!(r.duplicates)),
+            ("no_kill_seconds", json!(round3(across.job.seconds))),
+            ("extra_vs_no_kill", json!(round3(r.seconds / across.job.seconds.max(1e-9) - 1.0))),
+        ];
+        if let Some(v) = verified {
+            e.push(("verified", json!(v)));
+        }
+        common(&mut e);
+        figs.push((format!("ooc_hosts_{app}_one_slave_killed_seconds"), round3(r.seconds), "s", None, e));
+    }
+
+    // ---- Dask distributed on the same hosts ----
+    if !args.no_dask && matches!(args.app, App::Matmul | App::Cholesky) {
+        let d = dask_hosts::run(&hosts, cli_host, args.app, n, b, !args.no_kill, base)?;
+        let mut e = d.extra();
+        e.push(("ours_gflops", json!(round3(gf))));
+        common(&mut e);
+        figs.push((format!("dask_hosts_{app}_gflops"), round3(d.plain.gflops), "GFLOP/s", None, e.clone()));
+        figs.push((format!("ooc_hosts_{app}_vs_dask"), round3(gf / d.plain.gflops.max(1e-9)), "ratio", None, e));
+        if let Some(k) = &d.killed {
+            let mut e = vec![
+                ("finished", json!(k.finished)),
+                ("no_kill_seconds", json!(round3(d.plain.seconds))),
+                ("killed_after_s", json!(round3(k.killed_after_s))),
+                ("ours_one_slave_killed_seconds", json!(killed.as_ref().map(|k| round3(k.0.seconds)))),
+            ];
+            common(&mut e);
+            figs.push((format!("dask_hosts_{app}_one_worker_killed_seconds"), round3(k.seconds), "s", None, e));
+        }
+    }
+    drop(hosts);
+    Ok(())
+}
