@@ -688,3 +688,36 @@ fn a_settings_file_names_the_store_and_the_environment_and_flags_override_it() {
     let (ok, err) = run(&[], &[]);
     assert!(!ok && err.contains("unknown key") && err.contains("config.toml"), "{err}");
 }
+
+/// What a user gets wrong about reaching the node is said as such: a
+/// missing port, a host that does not resolve, nothing listening, a wrong
+/// or missing token (not "unreachable", which would send them looking for
+/// an outage).
+#[test]
+fn connection_mistakes_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreProc::start(&dir.path().join("store"), &["--token", "right"]);
+    let run = |addr: &str, token: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_master"));
+        cmd.args(["matrix", "list", "--patience-s", "1"]).env("STORE_ADDR", addr).env_remove("STORE_TOKEN");
+        if let Some(t) = token {
+            cmd.env("STORE_TOKEN", t);
+        }
+        let out = cmd.output().unwrap();
+        assert!(!out.status.success());
+        // The answer; the retries' warnings before it may repeat it.
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        err.lines().find(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error line: {err}")).to_owned()
+    };
+    let err = run("127.0.0.1", None);
+    assert!(err.contains("has no port"), "{err}");
+    let err = run("no-such-host.invalid:7070", None);
+    assert!(err.contains("cannot resolve"), "{err}");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let err = run(&closed.to_string(), None);
+    assert!(err.contains("nothing listens") && err.matches("master serve").count() == 1, "{err}");
+    let err = run(&store.addr, Some("wrong"));
+    assert!(err.contains("wrong cluster token") && !err.contains("unavailable"), "{err}");
+    let err = run(&store.addr, None);
+    assert!(err.contains("needs the cluster token"), "{err}");
+}

@@ -439,6 +439,13 @@ fn the_node_refuses_what_is_not_its_cluster_on_every_port() {
         rt.block_on(Client::connect_with(&t.addr(), &good_options(&other.join("ca.pem")))).err().expect("an untrusting client is refused");
     assert!(matches!(e, StoreError::Unauthenticated { .. }), "{e}");
 
+    // Blocks larger than a socket's buffers cross TLS whole both ways (a
+    // TLS session holds back what it could not send until a flush).
+    t.master_ok(1, &["matrix", "create", "Big", "--n", "1024", "--block", "1024", "--kind", "random", "--seed", "9"]);
+    let exported = t.path("big.npy");
+    t.master_ok(1, &["matrix", "export", "Big", exported.to_str().unwrap()]);
+    assert!(std::fs::metadata(&exported).unwrap().len() > 8 << 20, "an 8 MiB block exported over TLS");
+
     // The node still serves: a job runs to the end over TLS.
     let job = t.submit(1, &["matmul", "A", "A", "--out", "C"]);
     wait_succeeded(t.wait_in_background(1, job), job, Duration::from_secs(60));
