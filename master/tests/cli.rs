@@ -148,6 +148,14 @@ impl Drop for Watcher {
     }
 }
 
+/// Random n×n matrices A and B in blocks of 64, and a submitted C = A·B;
+/// returns the job id.
+fn submit_matmul(s: &str, n: u64) -> String {
+    support::create_kind(s, "A", n, n, 64, "random", 1);
+    support::create_kind(s, "B", n, n, 64, "random", 2);
+    master_ok(s, &["submit", "matmul", "A", "B", "--out", "C"])
+}
+
 #[test]
 fn serve_stops_within_5_s_of_sigterm_with_slaves_connected_and_starts_again_on_its_directory() {
     use nix::sys::signal::{kill, Signal};
@@ -155,9 +163,7 @@ fn serve_stops_within_5_s_of_sigterm_with_slaves_connected_and_starts_again_on_i
     let dir = tempfile::tempdir().unwrap();
     let mut store = StoreProc::start(dir.path(), &[]);
     let s = store.addr.clone();
-    support::create_kind(&s, "A", 512, 512, 64, "random", 1);
-    support::create_kind(&s, "B", 512, 512, 64, "random", 2);
-    let job = master_ok(&s, &["submit", "matmul", "A", "B", "--out", "C"]);
+    let job = submit_matmul(&s, 512);
     let slaves: Vec<_> = (0..2).map(|k| support::slave(&s, &format!("slave-{k}"), &[])).collect();
     support::wait_for(std::time::Duration::from_secs(20), || {
         (master_ok(&s, &["slaves"]).lines().filter(|l| l.contains("slave-")).count() == 2).then_some(())
@@ -180,9 +186,7 @@ fn wait_and_status_watch_ride_through_a_store_node_restart() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = StoreProc::start(dir.path(), &[]);
     let s = store.addr.clone();
-    support::create_kind(&s, "A", 256, 256, 64, "random", 1);
-    support::create_kind(&s, "B", 256, 256, 64, "random", 2);
-    let job = master_ok(&s, &["submit", "matmul", "A", "B", "--out", "C"]);
+    let job = submit_matmul(&s, 256);
     // No slave yet: the job cannot end before the node goes.
     let mut watchers = [Watcher::start(&s, &["wait", &job]), Watcher::start(&s, &["status", "--watch", &job])];
     for w in &watchers {

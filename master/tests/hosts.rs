@@ -507,16 +507,9 @@ fn a_slave_of_another_build_is_told_so() {
 
     // And the data plane answers such a hello in words, not by hanging up.
     let data = format!("{}:{DATA_PORT}", t.hosts.addr(0));
-    let answer = t.rt.block_on(async {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(&data).await.unwrap();
-        let mut hello = store_client::dataplane::wire::encode_hello(TOKEN.as_bytes());
-        hello[4..6].copy_from_slice(&7u16.to_le_bytes());
-        s.write_all(&hello).await.unwrap();
-        let mut buf = Vec::new();
-        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await;
-        buf
-    });
+    let mut hello = store_client::dataplane::wire::encode_hello(TOKEN.as_bytes());
+    hello[4..6].copy_from_slice(&7u16.to_le_bytes());
+    let answer = t.rt.block_on(data_plane_exchange(&data, None, hello)).unwrap();
     let e = StoreError::from_detail(&answer[store_client::dataplane::wire::REPLY_LEN..]);
     assert!(matches!(e, StoreError::IncompatibleBuild { client: 7, .. }), "{e}");
 }
