@@ -92,8 +92,8 @@ pub(crate) enum Placement {
 }
 
 /// The store node on host 0 (`--listen` [`GRPC_PORT`] and `--data-listen`
-/// [`DATA_PORT`] on its address, `--token`), slave `k` (from 0) on host
-/// `1 + k % (N - 1)`, `master` calls on `cli_host`.
+/// [`DATA_PORT`] on its address, `--token`), each new slave on the slave
+/// host (1..N-1) with the fewest live slaves, `master` calls on `cli_host`.
 #[derive(Clone, Debug)]
 pub(crate) struct HostsPlacement {
     pub(crate) hosts: Arc<netns::Cluster>,
@@ -111,9 +111,28 @@ impl HostsPlacement {
         format!("{}:{GRPC_PORT}", self.hosts.addr(0))
     }
 
-    /// The host slave number `k` (from 0) runs on.
-    pub(crate) fn slave_host(&self, k: usize) -> usize {
-        1 + k % (self.hosts.hosts() - 1).max(1)
+    /// `n` namespace hosts whose links run at `rate` both ways (`none`:
+    /// unshaped), a fresh token, the CLI on the last host.
+    pub(crate) fn create(n: usize, rate: &str) -> anyhow::Result<HostsPlacement> {
+        anyhow::ensure!(n >= 2, "--hosts {n}: needs at least two hosts, the store node's and a slave's");
+        let mut spec = netns::Spec::hosts(n);
+        if rate != "none" {
+            spec = spec.rate(rate.parse().with_context(|| format!("--rate {rate}"))?);
+        }
+        let hosts = Arc::new(netns::Cluster::create(spec).context("creating the namespace hosts (needs root)")?);
+        let token = rand::Rng::sample_iter(rand::thread_rng(), &rand::distributions::Alphanumeric).take(24).map(char::from).collect();
+        Ok(HostsPlacement { hosts, token, cli_host: n - 1 })
+    }
+
+    /// The slave host (1..N-1) with the fewest of `live` (the hosts of
+    /// the live slaves), the lowest on a tie: a replacement goes where a
+    /// slave was lost, and up to N-1 slaves each get a host of their own.
+    pub(crate) fn next_slave_host(&self, live: impl Iterator<Item = usize>) -> usize {
+        let mut count = vec![0usize; self.hosts.hosts()];
+        for h in live {
+            count[h] += 1;
+        }
+        (1..self.hosts.hosts()).min_by_key(|&h| (count[h], h)).unwrap_or(0)
     }
 }
 
@@ -264,6 +283,8 @@ impl JobResult {
 struct SlaveProc {
     name: String,
     child: Child,
+    /// Its namespace host; `None` on one host.
+    host: Option<usize>,
 }
 
 /// A running store node and its slaves. Dropping it kills every process
@@ -367,7 +388,7 @@ impl Cluster {
         let log = std::fs::File::create(self.dir.path().join(format!("{name}.log")))?;
         let host = match &self.config.placement {
             Placement::Local => None,
-            Placement::Hosts(h) => Some(h.slave_host(self.started - 1)),
+            Placement::Hosts(h) => Some(h.next_slave_host(self.slaves.iter().filter_map(|s| s.host))),
         };
         let child = process(&self.config.placement, host, &self.bin.join("slave"))
             .args(["--store", &self.addr, "--name", &name])
@@ -378,7 +399,7 @@ impl Cluster {
             .stderr(log)
             .spawn()
             .with_context(|| format!("starting {}", self.bin.join("slave").display()))?;
-        self.slaves.push(SlaveProc { name, child });
+        self.slaves.push(SlaveProc { name, child, host });
         Ok(self.slaves.len() - 1)
     }
 
@@ -477,10 +498,7 @@ impl Cluster {
     /// The host of slave `index` (in [`Cluster::slave_pids`]'s order);
     /// `None` on one host.
     pub(crate) fn slave_host(&self, index: usize) -> Option<usize> {
-        let Placement::Hosts(h) = &self.config.placement else { return None };
-        let name = &self.slaves.get(index)?.name;
-        let k: usize = name.strip_prefix("slave-")?.parse().ok()?;
-        Some(h.slave_host(k - 1))
+        self.slaves.get(index)?.host
     }
 
     /// `master matrix create NAME --n N --block B --kind KIND --seed S`.

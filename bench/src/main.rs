@@ -6,6 +6,7 @@ mod blocks_cmd;
 mod bsp_cmd;
 mod cluster;
 mod corun;
+mod link_rate;
 mod model_cmd;
 mod ooc_cmd;
 mod params_cmd;

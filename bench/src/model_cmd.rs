@@ -81,6 +81,12 @@ pub(crate) struct Args {
     /// transfer is the slave's time, not the store node's serialised time.
     #[arg(long)]
     slave_reads: bool,
+    /// Extension: the slaves run on other hosts, each behind a link of `C`
+    /// (`bench params --hosts`): every transfer crosses the store's
+    /// full-duplex link and waits on it, not on a core. With
+    /// `--this-system`: this implementation across hosts.
+    #[arg(long, conflicts_with = "slave_reads")]
+    remote_slaves: bool,
     /// Extension: Cholesky's diagonal task updates with dsyrk (b³ flop per
     /// block of its row, this implementation), not a full multiply (2b³,
     /// the source).
@@ -291,7 +297,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let params = if args.warm_store { crate::validate_cmd::warm(&params) } else { params };
     let options = if args.this_system {
         let cores = args.cores.unwrap_or_else(crate::validate_cmd::this_machine_cores);
-        crate::validate_cmd::implementation_options(args.slaves, cores)
+        let options = crate::validate_cmd::implementation_options(args.slaves, cores);
+        if args.remote_slaves {
+            crate::validate_cmd::across_hosts(options)
+        } else {
+            options
+        }
     } else {
         Options {
             slaves: args.slaves,
@@ -305,6 +316,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             fused_update: args.fused_update,
             write_behind: !args.no_write_behind,
             slave_reads: args.slave_reads,
+            remote_slaves: args.remote_slaves,
             diagonal_syrk: args.diagonal_syrk,
             lu_parallel_solves: args.lu_parallel_solves,
             simulate_dag: args.simulate_dag,

@@ -94,6 +94,16 @@ pub(crate) struct Args {
     /// parameter existed, or on a machine whose cores changed.
     #[arg(long)]
     corun_only: bool,
+    /// Measure `C` across this many network-namespace hosts (needs root):
+    /// block gets from the last host through a store node on host 0, each
+    /// link at `--rate`; the file's `network` and `network_latency` then
+    /// describe that link (`bench validate --hosts`), not loopback.
+    #[arg(long)]
+    hosts: Option<usize>,
+    /// With --hosts: each host's link rate both ways (tc tbf, e.g. 1gbit,
+    /// 300mbit; `none` unshaped).
+    #[arg(long, default_value = "1gbit", requires = "hosts")]
+    rate: String,
 }
 
 /// The two latencies of a real cluster (`master serve` and `slave`s from
@@ -920,7 +930,7 @@ async fn sweep_warm(client: Client, blocks: &[usize], quick: bool) -> anyhow::Re
 
 /// Every block of each matrix read `passes` times, one get per action;
 /// per block size, the median seconds of a get.
-async fn read_all(client: &Client, matrices: &[(usize, uuid::Uuid, u32)], passes: usize) -> anyhow::Result<Vec<Point>> {
+pub(crate) async fn read_all(client: &Client, matrices: &[(usize, uuid::Uuid, u32)], passes: usize) -> anyhow::Result<Vec<Point>> {
     let session = client.open_session("bench-params-read").await?;
     let mut out = Vec::new();
     for &(b, id, g) in matrices {
@@ -978,7 +988,7 @@ pub(crate) async fn gets_now(client: &Client, b: usize) -> anyhow::Result<(Point
 
 /// A new matrix `name` of `g × g` blocks of side `b`, each put (with its
 /// own commit) from random values; its id.
-async fn filled_matrix(client: &Client, name: &str, b: usize, g: u32) -> anyhow::Result<uuid::Uuid> {
+pub(crate) async fn filled_matrix(client: &Client, name: &str, b: usize, g: u32) -> anyhow::Result<uuid::Uuid> {
     let side = u64::from(g) * b as u64;
     let m = client.create_matrix(name, side, side, b as u32).await?;
     let session = client.open_session("bench-fill").await?;
@@ -1271,12 +1281,21 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let store_cpu = lat.as_ref().map(|l| l.store_cpu_per_task);
     let slave_cpu = lat.as_ref().map(|l| l.slave_cpu_per_task);
 
+    // Across hosts, `C` is the shaped link's, measured through the node.
+    let link = match args.hosts {
+        Some(n) => {
+            let blocks: &[usize] = if args.quick { &[256, 512] } else { &[256, 512, 1024] };
+            Some(crate::link_rate::fitted(&crate::link_rate::measure_across_hosts(n, &args.rate, blocks)?))
+        }
+        None => None,
+    };
     let host = std::fs::read_to_string("/etc/hostname").map(|s| s.trim().to_owned()).unwrap_or_else(|_| "this machine".into());
     let params = Params {
         name: args.name.clone().unwrap_or_else(|| {
             format!(
-                "measured by bench params{} on {host}; kernels single-threaded; ray rate: balls level {RAY_LEVEL}, {RAY_SAMPLES}x{RAY_SAMPLES} samples",
-                if args.quick { " --quick" } else { "" }
+                "measured by bench params{}{} on {host}; kernels single-threaded; ray rate: balls level {RAY_LEVEL}, {RAY_SAMPLES}x{RAY_SAMPLES} samples",
+                if args.quick { " --quick" } else { "" },
+                args.hosts.map_or(String::new(), |n| format!(" --hosts {n} --rate {}", args.rate))
             )
         }),
         multiply,
@@ -1285,7 +1304,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         // factor primitive tchol = b³/(3P) stands for. getrf is printed.
         factor: Some(factor),
         add: None,
-        network,
+        network: link.map_or(network, |l| l.0),
+        network_latency: link.map(|l| l.1),
         disk_get,
         disk_get_cached: Some(disk_get_cached),
         disk_put,
@@ -1324,8 +1344,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     fig("params_solve_rate", solve.bandwidth / 1e6, "Mflop/s");
     fig("params_factor_rate", factor.bandwidth / 1e6, "Mflop/s");
     fig("params_getrf_rate", lu.bandwidth / 1e6, "Mflop/s");
-    fig("params_network_rate", network.bandwidth / 1e6, "MB/s");
-    fig("params_network_threshold", network.threshold, "B");
+    fig("params_network_rate", params.network.bandwidth / 1e6, "MB/s");
+    fig("params_network_threshold", params.network.threshold, "B");
+    if let Some(l) = params.network_latency {
+        fig("params_network_latency", l * 1e3, "ms");
+    }
     fig("params_disk_get_rate", disk_get.bandwidth / 1e6, "MB/s");
     fig("params_disk_get_threshold", disk_get.threshold, "B");
     fig("params_disk_get_cached_rate", disk_get_cached.bandwidth / 1e6, "MB/s");

@@ -41,6 +41,7 @@ pub fn diag_task(t: &Primitives, j: u64) -> TaskCost {
         net: jf * t.tcom_read + t.tcom,
         comp: (jf - 1.0) * (t.tdiag_update + t.tsub()) + t.tchol + lead * t.tlead_extra,
         put: t.tdput + t.tcom,
+        put_net: t.tcom,
         at_slave: jf * t.tcom_at_slave,
         lead: lead * t.tget,
     }
@@ -57,6 +58,7 @@ pub fn off_task(t: &Primitives, j: u64) -> TaskCost {
         net: 2.0 * jf * t.tcom_read + t.tcom,
         comp: (jf - 1.0) * ops(t) + t.tsolve + lead * t.tlead_extra,
         put: t.tdput + t.tcom,
+        put_net: t.tcom,
         at_slave: 2.0 * jf * t.tcom_at_slave,
         lead: lead * t.tget,
     }
@@ -180,6 +182,7 @@ pub fn steps(t: &Primitives, p: u64, variant: Variant) -> Vec<Step> {
                     net: o.net + d.net,
                     comp: o.comp + d.comp,
                     put: o.put + d.put,
+                    put_net: o.put_net + d.put_net,
                     at_slave: o.at_slave + d.at_slave,
                     // The diagonal part reads on while the off part computes.
                     lead: o.lead,

@@ -28,6 +28,7 @@ fn task(t: &Primitives, gets: f64, lead: f64, puts: f64, comp: f64) -> TaskCost 
         net: gets * t.tcom_read + puts * t.tcom,
         comp: comp + lead.min(gets) * t.tlead_extra,
         put: puts * (t.tdput + t.tcom),
+        put_net: puts * t.tcom,
         at_slave: gets * t.tcom_at_slave,
         lead: lead.min(gets) * t.tget,
     }

@@ -98,6 +98,7 @@ pub fn steps(t: &Primitives, p: u64, b: u64, options: &Options) -> Vec<Step> {
         // A(i,1) and B(1,j) before the first multiply.
         comp: pf * (t.tmult + t.tadd) + 2.0 * t.tlead_extra,
         put: t.tdput + t.tcom,
+        put_net: t.tcom,
         at_slave: (rc.n2 + rc.n3) / tasks * t.tcom_at_slave,
         lead: 2.0 * t.tget,
     };

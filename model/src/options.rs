@@ -63,7 +63,13 @@ pub struct SharedCpu {
 impl SharedCpu {
     /// Slow-down factor of compute with `slaves` slaves on the machine.
     pub fn slowdown(&self, slaves: u64) -> f64 {
-        ((slaves as f64 + self.store_share) / self.cores.max(1) as f64).max(1.0)
+        self.slowdown_of(slaves as f64)
+    }
+
+    /// Slow-down factor of compute with `computing` cores' worth of
+    /// kernels on the machine (slaves that compute part of the time).
+    pub fn slowdown_of(&self, computing: f64) -> f64 {
+        ((computing + self.store_share) / self.cores.max(1) as f64).max(1.0)
     }
 
     /// The share of a slave's prefetched reads that can overlap its compute
@@ -147,6 +153,17 @@ pub struct Options {
     /// node's serialised time. Writes still cross the store node.
     #[serde(default)]
     pub slave_reads: bool,
+    /// The slaves run on other hosts than the store node's, each behind a
+    /// link of `C` (extension; the source's own regime, §4.8.3: slaves
+    /// reach the store over a network). Every read and write crosses the
+    /// store's link; the link is full duplex, so its busy time is the
+    /// larger of the reads' and the writes' bytes at `C`, not their sum;
+    /// a transfer waits on the link and takes no core, so it neither
+    /// loads the cores the slaves' kernels share nor needs a spare core
+    /// to hide behind compute; and each transfer pays
+    /// `Params::network_latency` at the store's side.
+    #[serde(default)]
+    pub remote_slaves: bool,
     /// Cholesky's diagonal task updates its block with dsyrk, `b³` flop
     /// per block of its row, half a multiply's (extension; this
     /// implementation). The thesis charged a multiply (A.11).
@@ -230,6 +247,7 @@ impl Default for Options {
             fused_update: false,
             write_behind: false,
             slave_reads: false,
+            remote_slaves: false,
             diagonal_syrk: false,
             lu_parallel_solves: false,
             simulate_dag: false,

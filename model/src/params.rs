@@ -278,6 +278,15 @@ pub struct Params {
     /// core as fast as one alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub corun: Option<Corun>,
+    /// Extension: seconds a block transfer across hosts takes beyond its
+    /// bytes at `C` (the request's round trip and the reply's framing),
+    /// for slaves on other hosts ([`crate::Options::remote_slaves`]). It
+    /// is latency, not link time: the link carries other slaves' bytes
+    /// meanwhile, so it is priced at the store's side of a transfer, not
+    /// in `C`. Measured by `bench params --hosts` as one get's time less
+    /// its bytes at the streaming rate. Absent: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_latency: Option<f64>,
 }
 
 /// MB as the thesis uses it: 10⁶ bytes.
@@ -346,6 +355,7 @@ impl Params {
             slave_cpu_per_task: None,
             kernels: None,
             corun: None,
+            network_latency: None,
         }
     }
 
@@ -471,6 +481,7 @@ impl Params {
             local_get: None,
             local_get_behind: None,
             store_cpu_per_get: None,
+            network_latency: None,
             ..self.clone()
         }
     }

@@ -11,7 +11,7 @@ use crate::options::{Options, SharedCpu};
 use crate::params::Params;
 use crate::primitives::Primitives;
 use crate::recovery::{recovery, Held, Recovery};
-use crate::schedule::{steps_bounds, steps_t1, Bounds, Overlap, Step};
+use crate::schedule::{steps_bounds, steps_t1, Bounds, Demand, Overlap, Step};
 use crate::volumes::Volumes;
 use crate::{lu, matmul, raytrace};
 
@@ -138,6 +138,12 @@ pub struct Prediction {
     /// measured `Params::task_ending`, shared cores included); `None`
     /// without the curve or without write-behind.
     pub task_ending: Option<f64>,
+    /// The store's serialised busy time over the run (its disk, and its
+    /// network: across hosts the busier direction of its link), the bound
+    /// no number of slaves beats (3.9, 5.6): a prediction near it sits
+    /// against the store, one well above it against compute or the
+    /// schedule.
+    pub store_busy: f64,
 }
 
 /// Compute slow-down with `slaves` slaves and the store on `c`'s cores:
@@ -351,9 +357,12 @@ fn measured_ending(app: App, params: &Params, n: u64, b: u64, options: &Options)
 /// ([`Options::ending_shares_cores`]).
 fn ending_stretch(options: &Options) -> f64 {
     // The cores' time-sharing, with the ending's threads in the store's
-    // place beside the slaves' kernels.
+    // place beside the slaves' kernels. Across hosts an ending waits on
+    // the link for most of its time, and takes no core meanwhile.
     match options.shared_cpu {
-        Some(c) if options.ending_shares_cores => SharedCpu { store_share: crate::options::ENDING_THREADS, ..c }.slowdown(options.slaves),
+        Some(c) if options.ending_shares_cores && !options.remote_slaves => {
+            SharedCpu { store_share: crate::options::ENDING_THREADS, ..c }.slowdown(options.slaves)
+        }
         _ => 1.0,
     }
 }
@@ -417,8 +426,26 @@ impl Shape {
     /// CPU time of transfers beside the slaves' compute: the store's busy
     /// time and the reads the slaves make themselves (they are not the
     /// store's serialised time, but they take a core all the same).
+    /// Across hosts ([`Overlap::duplex`]) a transfer waits on the link:
+    /// only the store's disk (and its share of the requests) is CPU.
     fn transfer_cpu(&self, ov: Overlap) -> f64 {
+        if ov.duplex {
+            return match self {
+                Shape::Steps(steps) => steps.iter().map(Step::store_disk).sum(),
+                Shape::Graph(_, all, _, _) => all.store_disk(),
+            };
+        }
         self.store_busy(ov) + self.slave_transfers()
+    }
+
+    /// What a task's foreground asks of the cores and of the store's link
+    /// ([`Step::demand`]), over every task.
+    fn demand(&self, ov: Overlap) -> Demand {
+        let steps: &[Step] = match self {
+            Shape::Steps(steps) => steps,
+            Shape::Graph(_, all, _, _) => std::slice::from_ref(all),
+        };
+        Demand::of(steps.iter().map(|st| st.demand(ov)))
     }
 
     /// The reads the slaves make themselves ([`Step::slave_transfers`]).
@@ -492,11 +519,13 @@ fn predict_over(app: App, n: u64, b: u64, params: &Params, options: &Options, ru
         store_nodes: options.store_nodes.max(1),
         write_behind: options.write_behind,
         lead_in_series: options.prefetch_within_task,
+        duplex: options.remote_slaves,
     };
     // T∞ without CPU sharing: with unboundedly many slaves on one machine
     // the shared-CPU slow-down would be unbounded.
     let free = shape(app, params, n, b, options, 1.0)?;
     let t_inf = free.bounds(p, u64::MAX, ov);
+    let store_busy = free.store_busy(ov);
     // The store takes its cores only while it serves: its share of the
     // machine is `store_share` times the fraction of the run it is busy,
     // its CPU from the unshared costs with the same slaves, spread over the
@@ -550,10 +579,25 @@ fn predict_over(app: App, n: u64, b: u64, params: &Params, options: &Options, ru
     // side, at b = 1024 mostly wait on each other's commits).
     // The slow-down of a simulated task while `k` slaves compute at once
     // (the dag's and the barrier steps' simulations below).
-    let computing_slowdown = |k: u64| machine.map_or(1.0, |m| m.kernels.slowdown(k.max(1))) * corun(k);
     // From here on, the reads a slave hides are those a spare core lets it
     // hide (the store's share above was found with all of them hidden).
-    let ov = Overlap { slave_share: ov.slave_share * machine.map_or(1.0, |m| m.all.spare_core(s)), ..ov };
+    // Across hosts a read waits on the link, not for a core.
+    let spare = |m: Sharing| if options.remote_slaves { 1.0 } else { m.all.spare_core(s) };
+    let ov = Overlap { slave_share: ov.slave_share * machine.map_or(1.0, spare), ..ov };
+    // Across hosts `k` slaves in their tasks' foregrounds share the cores
+    // only for the share of it they compute, and the store's link for the
+    // share of it their reads take: the task runs at the busier of the
+    // two (each alone, processor sharing). Reads the slave's prefetch
+    // hides still take the link. On one host every foreground computes.
+    let demand = options.remote_slaves.then(|| free.demand(ov));
+    let computing_slowdown = |k: u64| match demand {
+        Some(d) => {
+            let computing = k as f64 * d.cpu;
+            let cpu = machine.map_or(1.0, |m| m.kernels.slowdown_of(computing)) * corun((computing.ceil() as u64).max(1));
+            cpu.max(k as f64 * d.link).max(1.0)
+        }
+        None => machine.map_or(1.0, |m| m.kernels.slowdown(k.max(1))) * corun(k),
+    };
     let dag_run = match &free {
         Shape::Graph(t, _, Variant::Dag, _) if options.simulate_dag => {
             let o = dag_overhead(params, start_behind(app, params, n, b, options), measured_ending(app, params, n, b, options));
@@ -657,6 +701,7 @@ fn predict_over(app: App, n: u64, b: u64, params: &Params, options: &Options, ru
             params.slave_start.unwrap_or(0.0),
         ),
         kernel_slowdown: slowdown(s),
+        store_busy,
         task_ending: measured_ending(app, params, n, b, options),
     })
 }
@@ -1020,7 +1065,7 @@ mod tests {
         let opts = Options { slave_overlap: true, slave_reads: true, shared_cpu: Some(machine), ..Options::with_slaves(2) };
         let free = shape(App::Matmul, &params, 3000, 300, &opts, 1.0).unwrap();
         let p = 10;
-        let ov = Overlap { server: false, slave: true, slave_share: 1.0, store_nodes: 1, write_behind: true, lead_in_series: false };
+        let ov = Overlap { slave: true, write_behind: true, ..Overlap::NONE };
         let reads = free.slave_transfers();
         assert!(reads > 0.0, "the test needs reads at the slaves");
         for s in [1, 2] {
@@ -1073,6 +1118,50 @@ mod tests {
                 assert!((b.predicted - a.predicted - 0.25).abs() < 1e-9);
                 assert!((b.t_s.upr - a.t_s.upr - 0.25).abs() < 1e-9);
             }
+        }
+    }
+
+    /// Across hosts, matmul behind a slow link: the run takes the reads'
+    /// bytes at `C` whatever the slaves, the link's writes run the other
+    /// way beside them, and the link's time loads no core.
+    #[test]
+    fn across_hosts_a_slow_link_bounds_the_run_and_takes_no_core() {
+        use crate::params::Piecewise;
+        let fast = Piecewise::new(1e9, 0.0);
+        let c = 10e6;
+        let params = Params {
+            multiply: Piecewise::new(1e10, 0.0),
+            network: Piecewise::new(c, 0.0),
+            disk_get: fast,
+            disk_put: fast,
+            ..Params::thesis_fast()
+        };
+        let machine = SharedCpu { cores: 2, store_share: 1.0 };
+        let (n, b) = (1200u64, 300u64);
+        let p = (n / b) as f64;
+        let block = 8.0 * (b * b) as f64;
+        let (reads, writes) = (2.0 * p * p * p * block / c, p * p * block / c);
+        for s in [1, 2, 3] {
+            let across = Options {
+                slave_overlap: true,
+                write_behind: true,
+                server_double_buffer: true,
+                remote_slaves: true,
+                shared_cpu: Some(machine),
+                ..Options::with_slaves(s)
+            };
+            let pr = predict(App::Matmul, n, b, &params, &across).unwrap();
+            assert!(pr.store_busy >= reads && pr.store_busy < reads + 0.5 * writes, "s = {s}: {} against reads {reads}", pr.store_busy);
+            assert!(pr.predicted >= reads && pr.predicted <= 1.1 * reads, "s = {s}: {} against {reads}", pr.predicted);
+            let slaves_alone = (s as f64 / 2.0).max(1.0);
+            assert!(
+                pr.kernel_slowdown < 1.05 * slaves_alone,
+                "s = {s}: {} against {slaves_alone} for the slaves alone",
+                pr.kernel_slowdown
+            );
+            let one_host = Options { remote_slaves: false, ..across };
+            let local = predict(App::Matmul, n, b, &params, &one_host).unwrap();
+            assert!(local.store_busy >= reads + writes, "s = {s}: one way, reads and writes add: {}", local.store_busy);
         }
     }
 }

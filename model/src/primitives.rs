@@ -96,15 +96,22 @@ impl Primitives {
             Some(local) if options.slave_reads && !options.use_bsp => local.cost(bytes),
             _ => tcom,
         };
-        let tdget = params.disk_get.cost(bytes);
-        let tdget_cached = params.disk_get_cached.map_or(0.0, |d| d.cost(bytes));
-        let tdput = if options.cached_puts {
-            params.disk_put_cached.ok_or(ModelError::MissingParameter { option: "cached_puts", parameter: "disk_put_cached" })?.cost(bytes)
-        } else {
-            params.disk_put.cost(bytes)
-        };
+        // Across hosts each transfer's round trip is latency at the
+        // store's side of it, beside the link's time (`Params::network_latency`).
+        let latency = if options.remote_slaves { params.network_latency.unwrap_or(0.0).max(0.0) } else { 0.0 };
+        let tdget = params.disk_get.cost(bytes) + latency;
+        let tdget_cached = params.disk_get_cached.map_or(0.0, |d| d.cost(bytes)) + latency;
+        let tdput = latency
+            + if options.cached_puts {
+                params
+                    .disk_put_cached
+                    .ok_or(ModelError::MissingParameter { option: "cached_puts", parameter: "disk_put_cached" })?
+                    .cost(bytes)
+            } else {
+                params.disk_put.cost(bytes)
+            };
         let tdput_over = match params.disk_put_overwrite {
-            Some(d) if !options.cached_puts => d.cost(bytes),
+            Some(d) if !options.cached_puts => d.cost(bytes) + latency,
             _ => tdput,
         };
         let cube = x * x * x;

@@ -41,6 +41,9 @@ pub struct TaskCost {
     /// anything (extension). LU n = 4096, b = 256, one slave: 0.23 s of a
     /// 1.79 s run waiting for reads, 0.37 ms per two-block solve task.
     pub lead: f64,
+    /// Of `net`, the task's writes: on a full-duplex link
+    /// ([`Overlap::duplex`]) they travel the other way from its reads.
+    pub put_net: f64,
 }
 
 impl TaskCost {
@@ -63,6 +66,32 @@ impl TaskCost {
         } else {
             reads
         }
+    }
+}
+
+/// What tasks' foregrounds ask of the shared resources, as shares of
+/// their foreground time (each at most 1 for one slave alone).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Demand {
+    /// Share spent computing.
+    pub cpu: f64,
+    /// Share of it the store's link carries their reads.
+    pub link: f64,
+    /// The foreground time the shares are of, seconds.
+    pub foreground: f64,
+}
+
+impl Demand {
+    /// Several demands together, each weighted by its foreground time.
+    pub fn of(parts: impl Iterator<Item = Demand>) -> Demand {
+        let (mut cpu, mut link, mut foreground) = (0.0, 0.0, 0.0);
+        for d in parts {
+            cpu += d.cpu * d.foreground;
+            link += d.link * d.foreground;
+            foreground += d.foreground;
+        }
+        let f = foreground.max(1e-12);
+        Demand { cpu: cpu / f, link: link / f, foreground }
     }
 }
 
@@ -108,12 +137,23 @@ pub struct Overlap {
     /// With `slave`: each task's lead reads ([`TaskCost::lead`]) are in
     /// series, never hidden ([`crate::Options::prefetch_within_task`]).
     pub lead_in_series: bool,
+    /// The store's network is a full-duplex link
+    /// ([`crate::Options::remote_slaves`]): reads and writes each take
+    /// their own direction, and it is busy for the larger of the two.
+    pub duplex: bool,
 }
 
 impl Overlap {
     /// The thesis's experiments: no overlap, one store node.
-    pub const NONE: Overlap =
-        Overlap { server: false, slave: false, slave_share: 1.0, store_nodes: 1, write_behind: false, lead_in_series: false };
+    pub const NONE: Overlap = Overlap {
+        server: false,
+        slave: false,
+        slave_share: 1.0,
+        store_nodes: 1,
+        write_behind: false,
+        lead_in_series: false,
+        duplex: false,
+    };
 }
 
 /// Tasks between two barriers.
@@ -224,8 +264,35 @@ impl Step {
     /// Store busy time, a lower bound on the step (3.3, 5.6, §5.4); reads
     /// the slaves move themselves are not the store's.
     pub fn store_busy(&self, ov: Overlap) -> f64 {
-        let busy = if ov.server { self.sum(|c| c.disk).max(self.sum(|c| c.net - c.at_slave)) } else { self.sum(|c| c.io() - c.at_slave) };
+        let busy = if ov.server { self.sum(|c| c.disk).max(self.network_busy(ov)) } else { self.sum(|c| c.io() - c.at_slave) };
         busy / ov.store_nodes.max(1) as f64
+    }
+
+    /// The store's network busy time: every transfer the store makes, or
+    /// on a full-duplex link the larger of its reads and its writes.
+    fn network_busy(&self, ov: Overlap) -> f64 {
+        if ov.duplex {
+            self.sum(|c| c.net - c.put_net - c.at_slave).max(self.sum(|c| c.put_net))
+        } else {
+            self.sum(|c| c.net - c.at_slave)
+        }
+    }
+
+    /// The store's disk time (and, with the per-task overhead, its share
+    /// of the requests): its CPU when its transfers wait on a link.
+    pub fn store_disk(&self) -> f64 {
+        self.sum(|c| c.disk)
+    }
+
+    /// The step's tasks' foreground time, and of it what they compute and
+    /// what their reads (hidden ones too) keep the store's link busy.
+    pub fn demand(&self, ov: Overlap) -> Demand {
+        let foreground = self.sum(|c| c.foreground(ov));
+        Demand {
+            cpu: self.comp() / foreground.max(1e-12),
+            link: self.sum(|c| c.net - c.put_net - c.at_slave) / foreground.max(1e-12),
+            foreground,
+        }
     }
 
     /// Transfers the slaves make themselves ([`TaskCost::at_slave`]).
@@ -246,6 +313,13 @@ impl Step {
         if ov.slave {
             let behind = if ov.write_behind { self.sum(|c| c.put) } else { 0.0 };
             let lead = if ov.lead_in_series { self.sum(|c| c.lead) } else { 0.0 };
+            if ov.duplex && ov.write_behind {
+                // On a full-duplex link the writes go out while the reads
+                // come in: behind the whole run, not only its compute.
+                let reads = self.io() - behind;
+                let hidden = ov.slave_share.clamp(0.0, 1.0) * (reads - lead).max(0.0);
+                return (self.comp().max(hidden) + (reads - hidden) + unhidden).max(behind).max(self.longest());
+            }
             let hidden = (ov.slave_share.clamp(0.0, 1.0) * (self.io() - behind - lead).max(0.0) + behind - unhidden).max(0.0);
             (self.comp().max(hidden) + (self.io() - hidden)).max(self.longest())
         } else {
@@ -380,7 +454,7 @@ mod tests {
     fn a_simulated_step_lies_within_its_bounds() {
         let tasks = |n: u64| {
             let mut st = Step::default();
-            st.push(n, TaskCost { disk: 0.2, net: 0.1, comp: 1.0 + n as f64 / 10.0, put: 0.1, at_slave: 0.05, lead: 0.0 });
+            st.push(n, TaskCost { disk: 0.2, net: 0.1, comp: 1.0 + n as f64 / 10.0, put: 0.1, at_slave: 0.05, ..TaskCost::default() });
             st.push(n / 2, TaskCost { disk: 0.1, comp: 0.4, put: 0.05, ..TaskCost::default() });
             st
         };
@@ -431,6 +505,34 @@ mod tests {
     }
 
     #[test]
+    fn a_full_duplex_link_is_busy_for_its_busier_direction() {
+        let mut st = Step::default();
+        // 3 s on the network a task, 1 s of it its write.
+        st.push(4, TaskCost { disk: 0.5, net: 3.0, put: 1.5, put_net: 1.0, ..TaskCost::default() });
+        let server = Overlap { server: true, ..Overlap::NONE };
+        assert_eq!(st.store_busy(server), 12.0);
+        assert_eq!(st.store_busy(Overlap { duplex: true, ..server }), 8.0, "the reads' 2 s a task, the writes beside them");
+        let mut writes = Step::default();
+        writes.push(4, TaskCost { net: 3.0, put: 3.0, put_net: 2.5, ..TaskCost::default() });
+        assert_eq!(writes.store_busy(Overlap { duplex: true, ..server }), 10.0, "the writes' direction, the busier");
+    }
+
+    #[test]
+    fn demands_are_shares_of_the_foreground_weighted_by_it() {
+        let mut st = Step::default();
+        // 1 s computing, 3 s reading of which 1 s hidden: 3 s foreground.
+        st.push(2, TaskCost { net: 3.0, comp: 1.0, ..TaskCost::default() });
+        let ov = Overlap { slave: true, ..Overlap::NONE };
+        let d = st.demand(ov);
+        assert_eq!(d.foreground, 6.0);
+        assert!((d.cpu - 1.0 / 3.0).abs() < 1e-12 && (d.link - 1.0).abs() < 1e-12, "{d:?}");
+        let idle = Demand { cpu: 1.0, link: 0.0, foreground: 2.0 };
+        let both = Demand::of([d, idle].into_iter());
+        assert_eq!(both.foreground, 8.0);
+        assert!((both.cpu - 4.0 / 8.0).abs() < 1e-12 && (both.link - 6.0 / 8.0).abs() < 1e-12, "{both:?}");
+    }
+
+    #[test]
     fn write_behind_hides_every_write_and_the_share_of_the_reads() {
         let mut st = Step::default();
         // Per task: reads 1.0 s, writes 0.5 s (both in disk), compute 2.0 s.
@@ -448,7 +550,7 @@ mod tests {
     fn reads_the_slaves_move_are_not_the_stores_busy_time() {
         let mut st = Step::default();
         // Per task: 0.25 s disk, 1.0 s of transfers of which 0.75 s reads the slave moves.
-        st.push(8, TaskCost { disk: 0.25, net: 1.0, comp: 0.5, put: 0.25, at_slave: 0.75, lead: 0.0 });
+        st.push(8, TaskCost { disk: 0.25, net: 1.0, comp: 0.5, put: 0.25, at_slave: 0.75, ..TaskCost::default() });
         assert_eq!(st.store_busy(Overlap::NONE), 4.0);
         assert_eq!(st.store_busy(Overlap { server: true, ..Overlap::NONE }), 2.0);
         // One slave still waits for its own reads.

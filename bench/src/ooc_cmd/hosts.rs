@@ -13,11 +13,9 @@
 //! store host's link carries every block a slave reads or writes.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use rand::Rng;
 use serde_json::{json, Value};
 
 use super::{dask_hosts, round3, App, Args, Figs};
@@ -107,11 +105,6 @@ fn verify(c: &Cluster, args: &Args, id: uuid::Uuid) -> anyhow::Result<Option<boo
     Ok(Some(ok))
 }
 
-/// A random cluster token.
-fn token() -> String {
-    rand::thread_rng().sample_iter(&rand::distributions::Alphanumeric).take(24).map(char::from).collect()
-}
-
 /// The links' bytes as JSON: the store host's, then each slave host's.
 fn links_json(links: &[netns::LinkBytes]) -> Value {
     let host = |i: usize, l: &netns::LinkBytes| json!({"host": i, "tx_bytes": l.tx, "rx_bytes": l.rx});
@@ -179,13 +172,8 @@ pub(super) fn run(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<(
     };
 
     // ---- across hosts ----
-    let mut spec = netns::Spec::hosts(n_hosts);
-    if rate != "none" {
-        spec = spec.rate(rate.parse().with_context(|| format!("--rate {rate}"))?);
-    }
-    let hosts = Arc::new(netns::Cluster::create(spec).context("creating the namespace hosts (needs root)")?);
-    let cli_host = n_hosts - 1;
-    let placement = HostsPlacement { hosts: hosts.clone(), token: token(), cli_host };
+    let placement = HostsPlacement::create(n_hosts, &rate)?;
+    let (hosts, cli_host) = (placement.hosts.clone(), placement.cli_host);
     eprintln!(
         "across hosts: store node on host 0 ({}), slaves on hosts 1..{}, CLI on host {cli_host}",
         placement.store_addr(),
