@@ -42,6 +42,7 @@ pub fn diag_task(t: &Primitives, j: u64) -> TaskCost {
         comp: (jf - 1.0) * (t.tdiag_update + t.tsub()) + t.tchol + lead * t.tlead_extra,
         put: t.tdput + t.tcom,
         put_net: t.tcom,
+        tail: t.tchol,
         at_slave: jf * t.tcom_at_slave,
         lead: lead * t.tget,
     }
@@ -59,6 +60,7 @@ pub fn off_task(t: &Primitives, j: u64) -> TaskCost {
         comp: (jf - 1.0) * ops(t) + t.tsolve + lead * t.tlead_extra,
         put: t.tdput + t.tcom,
         put_net: t.tcom,
+        tail: t.tsolve,
         at_slave: 2.0 * jf * t.tcom_at_slave,
         lead: lead * t.tget,
     }
@@ -183,6 +185,7 @@ pub fn steps(t: &Primitives, p: u64, variant: Variant) -> Vec<Step> {
                     comp: o.comp + d.comp,
                     put: o.put + d.put,
                     put_net: o.put_net + d.put_net,
+                    tail: d.tail,
                     at_slave: o.at_slave + d.at_slave,
                     // The diagonal part reads on while the off part computes.
                     lead: o.lead,

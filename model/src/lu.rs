@@ -21,14 +21,16 @@ fn ops(t: &Primitives) -> f64 {
     t.tmult + t.tsub()
 }
 
-/// A task of `gets` reads, `lead` of them before its first kernel.
-fn task(t: &Primitives, gets: f64, lead: f64, puts: f64, comp: f64) -> TaskCost {
+/// A task of `gets` reads, `lead` of them before its first kernel, and
+/// `tail` of its compute its last kernel.
+fn task(t: &Primitives, gets: f64, lead: f64, puts: f64, comp: f64, tail: f64) -> TaskCost {
     TaskCost {
         disk: gets * t.tdget + puts * t.tdput,
         net: gets * t.tcom_read + puts * t.tcom,
         comp: comp + lead.min(gets) * t.tlead_extra,
         put: puts * (t.tdput + t.tcom),
         put_net: puts * t.tcom,
+        tail: tail.min(comp),
         at_slave: gets * t.tcom_at_slave,
         lead: lead.min(gets) * t.tget,
     }
@@ -47,7 +49,7 @@ fn lead_of(k: f64, alone: f64) -> f64 {
 /// One task of the `k`th multiply step: `(2k−1)tget + (k−1)(tmult+tsub) + tput` (B.2).
 pub fn multiply_task(t: &Primitives, k: u64) -> TaskCost {
     let k = k as f64;
-    task(t, 2.0 * k - 1.0, lead_of(k, 1.0), 1.0, (k - 1.0) * ops(t))
+    task(t, 2.0 * k - 1.0, lead_of(k, 1.0), 1.0, (k - 1.0) * ops(t), ops(t))
 }
 
 /// The `k`th factor step, one serial task:
@@ -61,19 +63,19 @@ pub fn factor_task(t: &Primitives, p: u64, k: u64, pivot: bool) -> TaskCost {
         puts += p * (p - k + 1.0);
     }
     // The diagonal block first: it is factored before anything is solved.
-    task(t, gets, 1.0, puts, (p - k) * t.tsolve + t.tlu)
+    task(t, gets, 1.0, puts, (p - k) * t.tsolve + t.tlu, if p > k { t.tsolve } else { t.tlu })
 }
 
 /// One task of the `k`th solve step: `2k·tget + (k−1)(tmult+tsub) + tsolve + tput` (B.3).
 pub fn solve_task(t: &Primitives, k: u64) -> TaskCost {
     let k = k as f64;
-    task(t, 2.0 * k, lead_of(k, 2.0), 1.0, (k - 1.0) * ops(t) + t.tsolve)
+    task(t, 2.0 * k, lead_of(k, 2.0), 1.0, (k - 1.0) * ops(t) + t.tsolve, t.tsolve)
 }
 
 /// A solve of a block below the diagonal as its own task (extension):
 /// reads the block and the factored diagonal block, `tsolve`, writes the block.
 pub fn solve_l_task(t: &Primitives) -> TaskCost {
-    task(t, 2.0, 2.0, 1.0, t.tsolve_lu)
+    task(t, 2.0, 2.0, 1.0, t.tsolve_lu, t.tsolve_lu)
 }
 
 /// `c` with its one write made over an older version of the block.
@@ -127,7 +129,7 @@ pub fn steps_parallel_solves(t: &Primitives, p: u64, recycled: u64) -> Vec<Step>
         let mut mult = Step::default();
         new_blocks(&mut mult, p - k + 1, multiply_task(t, k), &mut kept);
         steps.push(mult);
-        steps.push(Step::single(overwriting(t, task(t, 1.0, 1.0, 1.0, t.tlu))));
+        steps.push(Step::single(overwriting(t, task(t, 1.0, 1.0, 1.0, t.tlu, t.tlu))));
         kept = (kept + 1).min(recycled);
         if k < p {
             let mut solve = Step::default();

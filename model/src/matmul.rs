@@ -99,6 +99,7 @@ pub fn steps(t: &Primitives, p: u64, b: u64, options: &Options) -> Vec<Step> {
         comp: pf * (t.tmult + t.tadd) + 2.0 * t.tlead_extra,
         put: t.tdput + t.tcom,
         put_net: t.tcom,
+        tail: t.tmult + t.tadd,
         at_slave: (rc.n2 + rc.n3) / tasks * t.tcom_at_slave,
         lead: 2.0 * t.tget,
     };

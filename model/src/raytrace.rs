@@ -58,6 +58,7 @@ pub fn steps(params: &Params, side: u64, grain: u64, options: &Options, slowdown
                 comp: slowdown * weight * (rows * side) as f64 / params.ray_rate() + options.raytrace_task_overhead,
                 put: disk + net,
                 put_net: net,
+                tail: 0.0,
                 at_slave: 0.0,
                 lead: 0.0,
             },

@@ -44,6 +44,10 @@ pub struct TaskCost {
     /// Of `net`, the task's writes: on a full-duplex link
     /// ([`Overlap::duplex`]) they travel the other way from its reads.
     pub put_net: f64,
+    /// Of `comp`, the task's last kernel: a slave that prefetches within
+    /// its task only ([`Overlap::lead_in_series`]) has nothing left to
+    /// read while it runs, so no read hides behind it (extension).
+    pub tail: f64,
 }
 
 impl TaskCost {
@@ -219,7 +223,7 @@ impl Step {
 
     /// The same tasks with compute `factor` times slower.
     pub fn slowed(&self, factor: f64) -> Step {
-        self.map_costs(|c| TaskCost { comp: c.comp * factor, ..c })
+        self.map_costs(|c| TaskCost { comp: c.comp * factor, tail: c.tail * factor, ..c })
     }
 
     /// Extension: every task pays `overhead` seconds beyond its blocks and
@@ -317,7 +321,8 @@ impl Step {
                 // On a full-duplex link the writes go out while the reads
                 // come in: behind the whole run, not only its compute.
                 let reads = self.io() - behind;
-                let hidden = ov.slave_share.clamp(0.0, 1.0) * (reads - lead).max(0.0);
+                let hiding = self.sum(|c| c.hiding_compute(ov));
+                let hidden = (ov.slave_share.clamp(0.0, 1.0) * (reads - lead).max(0.0)).min(hiding);
                 return (self.comp().max(hidden) + (reads - hidden) + unhidden).max(behind).max(self.longest());
             }
             let hidden = (ov.slave_share.clamp(0.0, 1.0) * (self.io() - behind - lead).max(0.0) + behind - unhidden).max(0.0);
@@ -386,7 +391,17 @@ impl TaskCost {
     pub fn foreground(&self, ov: Overlap) -> f64 {
         let reads = self.io() - self.put;
         let share = if ov.slave { ov.slave_share.clamp(0.0, 1.0) } else { 0.0 };
-        self.comp + reads - share * self.hideable_reads(ov).min(self.comp) + self.put_in_foreground(ov)
+        self.comp + reads - share * self.hideable_reads(ov).min(self.hiding_compute(ov)) + self.put_in_foreground(ov)
+    }
+
+    /// The compute a read can hide behind: all of it, or with
+    /// [`Overlap::lead_in_series`] all but the last kernel.
+    pub fn hiding_compute(&self, ov: Overlap) -> f64 {
+        if ov.lead_in_series {
+            (self.comp - self.tail).max(0.0)
+        } else {
+            self.comp
+        }
     }
 
     /// The share of [`TaskCost::put`] the slave waits for before its next
