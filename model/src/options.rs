@@ -278,9 +278,15 @@ impl Options {
     /// The share of a slave's reads that overlap its compute with blocks
     /// of `b`×`b`: 1 when it fetches two such blocks ahead or more
     /// ([`Options::blocks_ahead`]), else [`Options::slave_overlap_share`].
+    /// Across hosts ([`Options::remote_slaves`]) one block ahead hides half
+    /// that: the block fetched ahead starts as the slave asks for the
+    /// pair's second block, shares the link with it while the slave waits,
+    /// and only its other half arrives behind the kernel.
     pub fn overlap_share_for(&self, b: u64) -> f64 {
         if self.blocks_ahead(b) >= 2 {
             1.0
+        } else if self.remote_slaves {
+            self.slave_overlap_share / 2.0
         } else {
             self.slave_overlap_share
         }
