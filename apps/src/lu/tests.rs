@@ -13,7 +13,7 @@ fn run_on(n: u64, b: u32, seed: u64, pivot: bool, kind: MatrixKind, schedule: Lu
     let lu = MatrixMeta::new("LU", n, n, b);
     let mut store = MemStore::new();
     store.generate(&a, kind, seed);
-    let spec = JobSpec::Lu { job: uuid::Uuid::new_v4(), a: a.clone(), lu: lu.clone(), pivot, schedule };
+    let spec = JobSpec::Lu { job: uuid::Uuid::new_v4(), a: a.clone(), lu: lu.clone(), pivot, schedule, pivot_rule: Default::default() };
     (store, spec, a, lu)
 }
 
@@ -95,7 +95,7 @@ fn singular_names_the_block() {
 fn shapes_and_descriptors() {
     let a = MatrixMeta::new("A", 10, 12, 4);
     let lu = MatrixMeta::new("LU", 10, 12, 4);
-    let spec = JobSpec::Lu { job: uuid::Uuid::new_v4(), a, lu, pivot: false, schedule: LuSchedule::Bags };
+    let spec = JobSpec::Lu { job: uuid::Uuid::new_v4(), a, lu, pivot: false, schedule: LuSchedule::Bags, pivot_rule: Default::default() };
     assert!(matches!(plan(&spec), Err(PlanError::NotSquare { .. })));
     let (store, spec, ..) = run(20, 8, 1, false, MatrixKind::DiagDominant);
     let mut ctx = crate::mem::MemCtx::new(&store, spec.job());
@@ -106,7 +106,7 @@ fn shapes_and_descriptors() {
 }
 
 fn lu_spec(a: &MatrixMeta, lu: &MatrixMeta, pivot: bool, schedule: LuSchedule) -> JobSpec {
-    JobSpec::Lu { job: uuid::Uuid::new_v4(), a: a.clone(), lu: lu.clone(), pivot, schedule }
+    JobSpec::Lu { job: uuid::Uuid::new_v4(), a: a.clone(), lu: lu.clone(), pivot, schedule, pivot_rule: Default::default() }
 }
 
 #[test]
