@@ -485,6 +485,12 @@ fn lu_tasks(pivot: bool, schedule: &str, p: usize) -> usize {
     }
 }
 
+/// Tournament pivoting: per panel of `m` blocks a tree of `2m − 1` tasks
+/// and `m − 1` updates, then a left swap per column but the last.
+fn tournament_tasks(p: usize) -> usize {
+    (1..=p).map(|m| 3 * m - 2).sum::<usize>() + p - 1
+}
+
 fn blocks(n: u64, b: u32) -> usize {
     n.div_ceil(u64::from(b)) as usize
 }
@@ -566,6 +572,77 @@ fn lu_with_and_without_pivoting_matches_in_core_lapack() {
             env.assert_each_task_once(job, lu_tasks(pivot, schedule, p));
             status_complete(s, job, lu_tasks(pivot, schedule, p));
             verify_ok(s, job, "‖PA − L·U‖_F/‖A‖_F");
+        }
+    }
+}
+
+#[test]
+fn lu_tournament_pivoting_factors_and_exports_as_partial_pivoting_does() {
+    let env = Env::start(&[]);
+    let s = env.s();
+    let _slaves = Slaves::start(s, 2, &[]);
+    for (idx, (n, b)) in [(100u64, 32u32), (150, 64), (40, 64), (224, 32)].into_iter().enumerate() {
+        let p = blocks(n, b);
+        let a_name = format!("T{idx}");
+        create_kind(s, &a_name, n, n, b, "random", 60 + idx as u64);
+        let a = env.export(&a_name);
+        let (lapack, lapack_piv) = lapack_lu(&a);
+        let out = format!("LUT{idx}");
+        let job = submit(s, &["lu", &a_name, "--out", &out, "--pivot", "tournament"]);
+        wait_ok(s, job);
+        let lu = env.export(&out);
+        let swaps = env.pivots(job, p as u32);
+        let f = env.path(&format!("{out}.perm.npy"));
+        master_ok(s, &["matrix", "export", &format!("{out}.perm"), f.to_str().unwrap()]);
+        assert_eq!(read_perm_npy(&f), permutation(&swaps), "n={n} b={b}: exported permutation");
+        let res = lu_residual(&a, &lu, &permutation(&swaps));
+        let max_abs = |m: &Mat, upper: bool| {
+            (0..m.cols).flat_map(|c| (0..m.rows).map(move |r| (r, c))).filter(|&(r, c)| !upper || r <= c).fold(0.0f64, |x, (r, c)| x.max(m.get(r, c).abs()))
+        };
+        let growth = max_abs(&lu, true) / max_abs(&a, false);
+        let lapack_growth = max_abs(&lapack, true) / max_abs(&a, false);
+        eprintln!(
+            "lu tournament n={n} b={b}: residual {res:.2e}, growth {growth:.2} (partial {lapack_growth:.2}), {} of {n} pivots as LAPACK's",
+            swaps.iter().zip(&lapack_piv).filter(|(x, y)| x == y).count()
+        );
+        assert!(res <= 1e-13 * n as f64, "n={n} b={b}: ‖PA − LU‖/‖A‖ = {res:e}");
+        assert!(growth <= 10.0 * lapack_growth.max(1.0), "n={n} b={b}: growth {growth} against partial {lapack_growth}");
+        env.assert_each_task_once(job, tournament_tasks(p));
+        status_complete(s, job, tournament_tasks(p));
+        verify_ok(s, job, "‖PA − L·U‖_F/‖A‖_F");
+    }
+    // The bags schedule has no tournament; refused before anything is created.
+    let out = master(s, &["submit", "lu", "T0", "--out", "never", "--pivot", "tournament", "--schedule", "bags"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("dag schedule only"));
+    assert!(!master_ok(s, &["matrix", "list"]).contains("never"));
+}
+
+/// Peak resident set (VmHWM) of a process, in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap();
+    kb * 1024
+}
+
+#[test]
+fn lu_tournament_slaves_stay_within_four_blocks() {
+    // Blocks of 8 MiB, 4 block rows: partial pivoting's panel holds a
+    // column of 32 MiB twice over; tournament tasks hold at most four blocks.
+    let (n, b) = (4096u64, 1024u32);
+    let block = u64::from(b) * u64::from(b) * 8;
+    let bound = 4 * block + (64 << 20);
+    let env = Env::start(&[]);
+    let s = env.s();
+    create_kind(s, "R", n, n, b, "random", 9);
+    for rule in ["partial", "tournament"] {
+        let slaves = Slaves::start(s, 2, &[]);
+        let job = submit(s, &["lu", "R", "--out", &format!("LU-{rule}"), "--pivot", rule]);
+        wait_ok(s, job);
+        verify_ok(s, job, "‖PA − L·U‖_F/‖A‖_F");
+        let peaks: Vec<u64> = slaves.running.iter().map(|c| peak_rss(c.id())).collect();
+        eprintln!("lu --pivot {rule} n={n} b={b}: slave peak RSS {:?} MiB (bound {} MiB)", peaks.iter().map(|x| x >> 20).collect::<Vec<_>>(), bound >> 20);
+        if rule == "tournament" {
+            assert!(peaks.iter().all(|&x| x <= bound), "a slave peaked at {peaks:?} bytes, over 4 blocks + 64 MiB = {bound}");
         }
     }
 }
@@ -699,6 +776,35 @@ fn lu_with_and_without_pivoting_survives_ten_kills_bit_identical_each_task_once(
             }
         }
     }
+}
+
+#[test]
+fn lu_tournament_survives_ten_kills_bit_identical_each_task_once() {
+    // Slaves die at their first or second task, which at the start of
+    // the job and after each panel are the tree's: kills land mid-tree.
+    let seed = seed();
+    eprintln!("seed {seed} (set FT_SEED to replay)");
+    let env = Env::start(&["--attempt-limit", "1000"]);
+    let s = env.s();
+    let (n, b) = (420u64, 64u32);
+    let p = blocks(n, b);
+    create_kind(s, "R", n, n, b, "random", 5);
+    let total = tournament_tasks(p);
+    let mut outs = Vec::new();
+    let mut pivs = Vec::new();
+    for kills in [0, KILLS] {
+        let out = format!("LU-tournament-{kills}");
+        let job = submit(s, &["lu", "R", "--out", &out, "--pivot", "tournament"]);
+        let made = run_with_kills(&env, job, total, kills, seed + 2);
+        assert!(made >= kills, "only {made} kills landed while the job ran");
+        env.assert_each_task_once(job, total);
+        status_complete(s, job, total);
+        verify_ok(s, job, "‖PA − L·U‖_F/‖A‖_F");
+        outs.push(env.export_bytes(&out));
+        pivs.push(env.pivots(job, p as u32));
+    }
+    assert!(outs[0] == outs[1], "the factors after {KILLS} kills differ from the run without kills");
+    assert_eq!(pivs[0], pivs[1], "the interchanges differ after kills");
 }
 
 #[test]
