@@ -394,7 +394,9 @@ pub fn plan(spec: &JobSpec) -> Result<Plan, PlanError> {
     match spec {
         JobSpec::Matmul { job, a, b, c } => crate::matmul::plan(*job, a, b, c),
         JobSpec::Cholesky { job, a, l, variant, .. } => crate::cholesky::plan(*job, a, l, *variant),
-        JobSpec::Lu { job, a, lu, pivot, schedule, pivot_rule } => crate::lu::plan(*job, a, lu, crate::lu::Pivoting::of(*pivot, *pivot_rule), *schedule),
+        JobSpec::Lu { job, a, lu, pivot, schedule, pivot_rule } => {
+            crate::lu::plan(*job, a, lu, crate::lu::Pivoting::of(*pivot, *pivot_rule), *schedule)
+        }
         JobSpec::Raytrace { job, params, .. } => crate::raytrace::plan(*job, params),
     }
 }

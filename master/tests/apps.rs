@@ -597,7 +597,10 @@ fn lu_tournament_pivoting_factors_and_exports_as_partial_pivoting_does() {
         assert_eq!(read_perm_npy(&f), permutation(&swaps), "n={n} b={b}: exported permutation");
         let res = lu_residual(&a, &lu, &permutation(&swaps));
         let max_abs = |m: &Mat, upper: bool| {
-            (0..m.cols).flat_map(|c| (0..m.rows).map(move |r| (r, c))).filter(|&(r, c)| !upper || r <= c).fold(0.0f64, |x, (r, c)| x.max(m.get(r, c).abs()))
+            (0..m.cols)
+                .flat_map(|c| (0..m.rows).map(move |r| (r, c)))
+                .filter(|&(r, c)| !upper || r <= c)
+                .fold(0.0f64, |x, (r, c)| x.max(m.get(r, c).abs()))
         };
         let growth = max_abs(&lu, true) / max_abs(&a, false);
         let lapack_growth = max_abs(&lapack, true) / max_abs(&a, false);
@@ -620,7 +623,8 @@ fn lu_tournament_pivoting_factors_and_exports_as_partial_pivoting_does() {
 /// Peak resident set (VmHWM) of a process, in bytes.
 fn peak_rss(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap();
+    let kb: u64 =
+        status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap();
     kb * 1024
 }
 
@@ -640,7 +644,11 @@ fn lu_tournament_slaves_stay_within_four_blocks() {
         wait_ok(s, job);
         verify_ok(s, job, "‖PA − L·U‖_F/‖A‖_F");
         let peaks: Vec<u64> = slaves.running.iter().map(|c| peak_rss(c.id())).collect();
-        eprintln!("lu --pivot {rule} n={n} b={b}: slave peak RSS {:?} MiB (bound {} MiB)", peaks.iter().map(|x| x >> 20).collect::<Vec<_>>(), bound >> 20);
+        eprintln!(
+            "lu --pivot {rule} n={n} b={b}: slave peak RSS {:?} MiB (bound {} MiB)",
+            peaks.iter().map(|x| x >> 20).collect::<Vec<_>>(),
+            bound >> 20
+        );
         if rule == "tournament" {
             assert!(peaks.iter().all(|&x| x <= bound), "a slave peaked at {peaks:?} bytes, over 4 blocks + 64 MiB = {bound}");
         }

@@ -35,6 +35,12 @@
 //! waits only for the update of column `k + 1`, not for the whole step.
 //! The interchanges of later panels reach the `L` blocks left of them in a
 //! second bag, one task per block column, at the end.
+//!
+//! **With tournament pivoting** ([`tournament`], dag only): the same
+//! right-looking steps, but each panel's pivots are chosen by a reduction
+//! tree of tasks over its blocks (CALU), and no task holds more than four
+//! blocks. The interchanges are recorded as partial pivoting records
+//! them, so [`permutation`] and every check read both alike.
 
 use crate::block::{Block, BlockId, MatrixMeta};
 use crate::ctx::TaskCtx;
@@ -607,6 +613,6 @@ pub fn permutation<S: BlockSource>(src: &mut S, job: uuid::Uuid, lu: &MatrixMeta
 }
 
 mod right_looking;
-pub mod tournament;
 #[cfg(test)]
 mod tests;
+pub mod tournament;

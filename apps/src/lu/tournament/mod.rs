@@ -97,7 +97,8 @@ pub(super) fn plan(job: uuid::Uuid, p: u32) -> Plan {
     if !left.is_empty() {
         plan.bags.push(PlannedBag { name: job::bag_name(job, "lu/left-swap"), tasks: left.iter().map(job::encode_task).collect() });
     }
-    plan.initial_small = all.iter().filter(|t| n_deps(**t) > 0).map(|t| (counter_key(job, *t), n_deps(*t).to_le_bytes().to_vec())).collect();
+    plan.initial_small =
+        all.iter().filter(|t| n_deps(**t) > 0).map(|t| (counter_key(job, *t), n_deps(*t).to_le_bytes().to_vec())).collect();
     plan
 }
 
@@ -118,10 +119,8 @@ pub(super) fn run(job: uuid::Uuid, a: &MatrixMeta, lu: &MatrixMeta, t: LuTask, c
         }
         _ => return Err(bad()),
     };
-    let releases: Vec<job::Release> = successors(p, t)
-        .iter()
-        .map(|s| job::Release { key: counter_key(job, *s), bag: dag_bag(job), task: job::encode_task(s) })
-        .collect();
+    let releases: Vec<job::Release> =
+        successors(p, t).iter().map(|s| job::Release { key: counter_key(job, *s), bag: dag_bag(job), task: job::encode_task(s) }).collect();
     // Released before the last block is written, as every dag task does
     // (a release sent after a put waits for it).
     job::release_dependencies(ctx, &releases)?;

@@ -145,9 +145,7 @@ fn residual_and_growth_across_shapes_and_hard_matrices() {
             }
             let lres = residual(&a, &lapack.data, &lperm, nn);
             let (g, lg) = (growth(&a, &got, nn), growth(&a, &lapack.data, nn));
-            eprintln!(
-                "tournament {kind:?} n={n} b={b}: residual {res:.3} (partial {lres:.3}) ·nε, growth {g:.2} (partial {lg:.2})"
-            );
+            eprintln!("tournament {kind:?} n={n} b={b}: residual {res:.3} (partial {lres:.3}) ·nε, growth {g:.2} (partial {lg:.2})");
             assert!(res <= RESIDUAL_BOUND, "{kind:?} n={n} b={b} seed={seed}: residual {res} nε");
             // CALU's growth is bounded by 2^(b(H+1)−1) in theory and close to
             // partial pivoting's in practice.
@@ -224,7 +222,12 @@ fn refuses_other_tasks_and_the_bags_schedule() {
     let mut store = MemStore::new();
     store.generate(&a, MatrixKind::Random, 1);
     let s = spec(&a, &lu);
-    for t in [LuTask::Panel { k: 0 }, LuTask::Pick { k: 0, level: 1, idx: 2 }, LuTask::Pick { k: 4, level: 0, idx: 0 }, LuTask::Update { k: 1, j: 1 }] {
+    for t in [
+        LuTask::Panel { k: 0 },
+        LuTask::Pick { k: 0, level: 1, idx: 2 },
+        LuTask::Pick { k: 4, level: 0, idx: 0 },
+        LuTask::Update { k: 1, j: 1 },
+    ] {
         let mut ctx = crate::mem::MemCtx::new(&store, s.job());
         let r = crate::job::run_task(&s, &crate::job::encode_task(&t), 0, &mut ctx);
         assert!(matches!(r, Err(TaskError::BadTask { .. })), "{t:?}: {r:?}");
