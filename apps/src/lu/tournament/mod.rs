@@ -5,12 +5,12 @@
 //! memory grows with `n`).
 //!
 //! Per panel `k` (`m = p − k` blocks from the diagonal down):
-//! - a reduction tree of [`LuTask::Pick`] tasks ([`tree`]): each leaf
-//!   factors one block with partial pivoting (dgetrf) and proposes its
-//!   pivot rows as candidates (a small object of row indices); each inner
-//!   node stacks its two children's candidates (at most `2b × b`, read
+//! - a reduction tree of [`LuTask::Pick`] tasks ([`tree`]): each block
+//!   proposes its partial pivoting's rows as candidates, which for a block
+//!   of at most `b` rows are all of them, so no task factors a block alone;
+//!   each node stacks its two children's candidates (at most `2b × b`, read
 //!   from the panel's blocks one at a time), factors them with dgetrf and
-//!   proposes the rows it chose;
+//!   proposes the rows it chose (a small object of row indices);
 //! - the root's chosen rows are the panel's pivots. It records them as
 //!   partial pivoting does ([`super::pivots_key`], LAPACK's `ipiv`), takes
 //!   `L(k,k)\U(k,k)` from its own factorisation (the top `b` rows of the
@@ -27,8 +27,8 @@
 //!   applied to the `L` blocks of column `m`, panel by panel, holding the
 //!   diagonal block, its replacement and one other block.
 //!
-//! Dependencies: the leaves of panel `k + 1` wait for `Update{k,k+1}`; an
-//! inner node for its two children; `Update{k,j}` for the root of `k` and
+//! Dependencies: a node of panel `k + 1` that reads a block itself waits
+//! for `Update{k,k+1}`, and every node for its children that are tasks; `Update{k,j}` for the root of `k` and
 //! `Update{k−1,j}`. So the tree of panel `k + 1` runs beside the rest of
 //! step `k`'s updates. The first step reads A itself (no copy bag).
 
@@ -57,11 +57,20 @@ fn all_tasks(p: u32) -> Vec<LuTask> {
         .collect()
 }
 
+/// Whether tree task `node` of a panel of `m` blocks reads a block itself
+/// (a leaf child, or it is the one leaf).
+fn reads_blocks(m: u32, node: tree::Node) -> bool {
+    node.0 == 0 || tree::children(m, node).iter().any(|c| c.0 == 0)
+}
+
 /// Number of tasks whose commit a task waits for.
-fn n_deps(t: LuTask) -> u32 {
+fn n_deps(p: u32, t: LuTask) -> u32 {
     match t {
-        LuTask::Pick { k, level: 0, .. } => u32::from(k > 0),
-        LuTask::Pick { .. } => 2,
+        LuTask::Pick { k, level, idx } => {
+            let m = p - k;
+            let tasks = if level == 0 { 0 } else { tree::children(m, (level, idx)).iter().filter(|c| c.0 > 0).count() as u32 };
+            tasks + u32::from(k > 0 && reads_blocks(m, (level, idx)))
+        }
         LuTask::Update { k, .. } => 1 + u32::from(k > 0),
         _ => 0,
     }
@@ -80,7 +89,11 @@ fn successors(p: u32, t: LuTask) -> Vec<LuTask> {
                 vec![LuTask::Pick { k, level, idx }]
             }
         }
-        LuTask::Update { k, j } if j == k + 1 => (0..p - j).map(|idx| LuTask::Pick { k: j, level: 0, idx }).collect(),
+        LuTask::Update { k, j } if j == k + 1 => tree::tasks(p - j)
+            .into_iter()
+            .filter(|&n| reads_blocks(p - j, n))
+            .map(|(level, idx)| LuTask::Pick { k: j, level, idx })
+            .collect(),
         LuTask::Update { k, j } => vec![LuTask::Update { k: k + 1, j }],
         _ => Vec::new(),
     };
@@ -91,14 +104,14 @@ fn successors(p: u32, t: LuTask) -> Vec<LuTask> {
 pub(super) fn plan(job: uuid::Uuid, p: u32) -> Plan {
     let all = all_tasks(p);
     let mut plan = Plan::default();
-    let ready = all.iter().filter(|t| n_deps(**t) == 0).map(job::encode_task).collect();
+    let ready = all.iter().filter(|t| n_deps(p, **t) == 0).map(job::encode_task).collect();
     plan.bags.push(PlannedBag { name: dag_bag(job), tasks: ready });
     let left: Vec<LuTask> = (0..p.saturating_sub(1)).map(|m| LuTask::LeftSwap { m }).collect();
     if !left.is_empty() {
         plan.bags.push(PlannedBag { name: job::bag_name(job, "lu/left-swap"), tasks: left.iter().map(job::encode_task).collect() });
     }
     plan.initial_small =
-        all.iter().filter(|t| n_deps(**t) > 0).map(|t| (counter_key(job, *t), n_deps(*t).to_le_bytes().to_vec())).collect();
+        all.iter().filter(|t| n_deps(p, **t) > 0).map(|t| (counter_key(job, *t), n_deps(p, *t).to_le_bytes().to_vec())).collect();
     plan
 }
 

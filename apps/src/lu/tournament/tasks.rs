@@ -67,9 +67,9 @@ fn read_candidates(ctx: &mut dyn TaskCtx, key: String, lu: &MatrixMeta, k: u32, 
     Ok(rows)
 }
 
-/// Node `node` of panel `k`'s tree: stacks its rows (a leaf: its block;
-/// an inner node: its children's candidates), factors them with partial
-/// pivoting and proposes the rows chosen. The root instead records them as
+/// Node `node` of panel `k`'s tree: stacks its rows (its children's
+/// candidates, or the one block when it is alone), factors them with
+/// partial pivoting and proposes the rows chosen. The root instead records them as
 /// the panel's pivots and factors the panel ([`root`]).
 pub(super) fn pick(
     job: uuid::Uuid,
@@ -95,7 +95,13 @@ pub(super) fn pick(
     } else {
         let mut rows = Vec::with_capacity(2 * w);
         for (level, idx) in tree::children(m, node) {
-            rows.extend(read_candidates(ctx, candidates_key(job, k, level, idx), lu, k, w)?);
+            if level == 0 {
+                // A leaf: every row of its block.
+                let first = lu.row_offset(k + idx);
+                rows.extend(first..first + lu.block_shape(k + idx, k).0 as u64);
+            } else {
+                rows.extend(read_candidates(ctx, candidates_key(job, k, level, idx), lu, k, w)?);
+            }
         }
         let ids: Vec<BlockId> = gather_blocks(&rows, b).into_iter().filter_map(|t| col.streamed(t)).collect();
         ctx.prefetch(&ids)?;
@@ -106,8 +112,8 @@ pub(super) fn pick(
     let flops = getrf_flops(stacked.rows, stacked.cols);
     let chosen = winners(&rows, &ipiv, w);
     if !is_root {
-        // A leaf or node short of rank still proposes rows; only the
-        // root's factorisation decides whether the panel is singular.
+        // A node short of rank still proposes rows; only the root's
+        // factorisation decides whether the panel is singular.
         ctx.write_small(&candidates_key(job, k, node.0, node.1), &encode_rows(&chosen))?;
         return Ok((flops, Vec::new()));
     }
