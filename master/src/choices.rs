@@ -60,8 +60,8 @@ pub(crate) enum Pivot {
     /// whole block column, so a slave's memory grows with n.
     Partial,
     /// Tournament pivoting (CALU): every task holds at most four blocks,
-    /// whatever n, and it is usually faster; the pivots differ from
-    /// LAPACK's, the growth factor stays close (dag schedule only).
+    /// whatever n; the pivots differ from LAPACK's, the growth factor
+    /// stays close; its tree costs extra flops (dag schedule only).
     Tournament,
 }
 

@@ -66,9 +66,10 @@ pub(crate) enum Submit {
         #[arg(long)]
         force: bool,
         /// Pivot (otherwise A should be diagonally dominant). `--pivot`
-        /// alone is partial pivoting. Choose tournament for large
-        /// matrices: a slave's memory stays at a few blocks and it is
-        /// usually faster; partial when LAPACK's exact pivots matter.
+        /// alone is partial pivoting. Choose tournament for matrices whose
+        /// block column does not fit a slave's memory (its tasks hold a
+        /// few blocks whatever n); partial when LAPACK's exact pivots
+        /// matter, or for speed where memory allows.
         #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "partial", value_name = "RULE")]
         pivot: Option<Pivot>,
         /// How the factorisation is split into bags of tasks. Without

@@ -150,6 +150,8 @@ fn root(
         for r in 0..w {
             copy_row(&stacked, r, &mut d, r);
         }
+        // Two blocks' worth, not held through the solves below.
+        drop(stacked);
         d
     };
     ctx.prefetch(&below_reads(lu, col, &rows, k, |_| None))?;
