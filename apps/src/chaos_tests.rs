@@ -3,7 +3,7 @@
 
 use crate::block::MatrixMeta;
 use crate::generate::MatrixKind;
-use crate::job::{plan, CholeskyVariant, JobSpec, LuSchedule};
+use crate::job::{plan, CholeskyVariant, JobSpec, LuSchedule, PivotRule};
 use crate::mem::{run_plan, run_plan_chaos, MemStore};
 use std::collections::HashSet;
 
@@ -56,16 +56,17 @@ fn cholesky_variants_under_kills_and_reordering() {
 #[test]
 fn lu_under_kills() {
     let cases = [
-        (false, LuSchedule::Bags, MatrixKind::DiagDominant),
-        (false, LuSchedule::Dag, MatrixKind::DiagDominant),
-        (true, LuSchedule::Bags, MatrixKind::Random),
+        (false, LuSchedule::Bags, MatrixKind::DiagDominant, PivotRule::Partial),
+        (false, LuSchedule::Dag, MatrixKind::DiagDominant, PivotRule::Partial),
+        (true, LuSchedule::Bags, MatrixKind::Random, PivotRule::Partial),
+        (true, LuSchedule::Dag, MatrixKind::Random, PivotRule::Tournament),
     ];
-    for (seed, (pivot, schedule, kind)) in cases.into_iter().enumerate() {
+    for (seed, (pivot, schedule, kind, pivot_rule)) in cases.into_iter().enumerate() {
         let a = MatrixMeta::new("A", 161, 161, 32);
         let lu = MatrixMeta::new("LU", 161, 161, 32);
         let mut s = MemStore::new();
         s.generate(&a, kind, 4);
-        let _ = check(&JobSpec::Lu { job: uuid::Uuid::new_v4(), a, lu, pivot, schedule }, &s, 30 + seed as u64);
+        let _ = check(&JobSpec::Lu { job: uuid::Uuid::new_v4(), a, lu, pivot, schedule, pivot_rule }, &s, 30 + seed as u64);
     }
 }
 

@@ -50,11 +50,15 @@ pub enum JobSpec {
         a: MatrixMeta,
         /// Output, same shape and block as `a`.
         lu: MatrixMeta,
-        /// Partial pivoting (row interchanges recorded as small objects).
+        /// Pivoting (row interchanges recorded as small objects).
         pivot: bool,
         /// How the tasks synchronise (without pivoting; absent in older records: bags).
         #[serde(default)]
         schedule: LuSchedule,
+        /// How pivot rows are chosen when `pivot` is set (absent in older
+        /// records: partial pivoting).
+        #[serde(default)]
+        pivot_rule: PivotRule,
     },
     /// Ray-trace an image; each grain of scanlines becomes a small object.
     Raytrace {
@@ -99,6 +103,22 @@ pub enum LuSchedule {
     /// decrements its successors' dependency counters and enqueues those
     /// that reach zero, so no slave waits at a barrier.
     Dag,
+}
+
+/// How a pivoted LU chooses its pivot rows. Both record the same
+/// interchanges (LAPACK's `ipiv` per panel), so exports and checks are the
+/// same.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PivotRule {
+    /// LAPACK's partial pivoting: dgetrf of each whole block column, in one
+    /// task that holds the column.
+    #[default]
+    Partial,
+    /// Tournament pivoting (CALU): each block of a panel proposes rows, a
+    /// reduction tree of tasks picks the panel's pivots, and no task holds
+    /// more than a few blocks. Dag schedule only.
+    Tournament,
 }
 
 impl std::str::FromStr for LuSchedule {
@@ -374,7 +394,9 @@ pub fn plan(spec: &JobSpec) -> Result<Plan, PlanError> {
     match spec {
         JobSpec::Matmul { job, a, b, c } => crate::matmul::plan(*job, a, b, c),
         JobSpec::Cholesky { job, a, l, variant, .. } => crate::cholesky::plan(*job, a, l, *variant),
-        JobSpec::Lu { job, a, lu, pivot, schedule } => crate::lu::plan(*job, a, lu, *pivot, *schedule),
+        JobSpec::Lu { job, a, lu, pivot, schedule, pivot_rule } => {
+            crate::lu::plan(*job, a, lu, crate::lu::Pivoting::of(*pivot, *pivot_rule), *schedule)
+        }
         JobSpec::Raytrace { job, params, .. } => crate::raytrace::plan(*job, params),
     }
 }
@@ -398,7 +420,9 @@ pub fn run_task(spec: &JobSpec, task: &[u8], tries: u32, ctx: &mut dyn TaskCtx) 
         JobSpec::Cholesky { job, a, l, variant, flag_timeout_ms } => {
             crate::cholesky::run(*job, a, l, *variant, *flag_timeout_ms, task, tries, ctx)
         }
-        JobSpec::Lu { job, a, lu, pivot, schedule } => crate::lu::run(*job, a, lu, *pivot, *schedule, task, ctx),
+        JobSpec::Lu { job, a, lu, pivot, schedule, pivot_rule } => {
+            crate::lu::run(*job, a, lu, crate::lu::Pivoting::of(*pivot, *pivot_rule), *schedule, task, ctx)
+        }
         JobSpec::Raytrace { job, params, .. } => crate::raytrace::run(*job, params, task, ctx),
     }
 }

@@ -20,8 +20,9 @@
 //!
 //! Invariants: every task is a pure function of the committed blocks it
 //! reads, so a task aborted and redone anywhere writes the same bits; tasks
-//! never hold more than a few blocks (except the LU pivoting panel and swap
-//! tasks, which hold a block column); bad input gives a typed error, never a
+//! never hold more than a few blocks (except the LU partial pivoting panel,
+//! swap and update tasks, which hold a block column; tournament pivoting's
+//! hold at most four blocks); bad input gives a typed error, never a
 //! panic or a BLAS call on mismatched shapes.
 //!
 //! ```

@@ -79,9 +79,11 @@ pub(crate) struct Args {
     /// cholesky: variants to run (default: all four).
     #[arg(long, value_delimiter = ',')]
     variant: Vec<String>,
-    /// lu: run only the pivoted job (default: without and with pivoting).
-    #[arg(long)]
-    pivot: bool,
+    /// lu: run only pivoted jobs (default: without and with pivoting).
+    /// `--pivot` or `--pivot partial`: partial pivoting on both schedules;
+    /// `--pivot tournament`: tournament pivoting beside partial pivoting's dag.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "partial", value_name = "RULE")]
+    pivot: Option<PivotRuns>,
     /// Skip the Dask comparison.
     #[arg(long)]
     no_dask: bool,
@@ -566,38 +568,69 @@ fn cholesky(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `bench ooc lu --pivot`: which pivoted runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum PivotRuns {
+    /// Partial pivoting on the bags and the dag.
+    Partial,
+    /// Tournament pivoting beside partial pivoting, both on the dag.
+    Tournament,
+}
+
+impl PivotRuns {
+    /// The `master submit lu` flags of a pivoted run.
+    pub(crate) fn flags(self) -> [&'static str; 2] {
+        match self {
+            PivotRuns::Partial => ["--pivot", "partial"],
+            PivotRuns::Tournament => ["--pivot", "tournament"],
+        }
+    }
+}
+
 fn lu(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
     let (reference, ref_per_cpu) = incore_with_cpu(App::Lu, args.ref_n, args.threads, args.ref_reps)?;
     let c = start(args, base)?;
     let (n, b) = (args.n, args.block);
     // Without pivoting both schedules on one diagonally dominant input;
     // with it, a plain random matrix makes the row interchanges real.
-    let runs: &[(bool, &str)] =
-        if args.pivot { &[(true, "bags"), (true, "dag")] } else { &[(false, "bags"), (false, "dag"), (true, "bags"), (true, "dag")] };
+    use PivotRuns::{Partial, Tournament};
+    let runs: &[(Option<PivotRuns>, &str)] = match args.pivot {
+        Some(Partial) => &[(Some(Partial), "bags"), (Some(Partial), "dag")],
+        Some(Tournament) => &[(Some(Partial), "dag"), (Some(Tournament), "dag")],
+        None => &[(None, "bags"), (None, "dag"), (Some(Partial), "bags"), (Some(Partial), "dag"), (Some(Tournament), "dag")],
+    };
     // Dask's LU pivots: compare with our best pivoted run.
     let mut best_pivot: Option<(&str, f64, Extra)> = None;
     let mut best_nopiv: Option<(&str, f64, Extra)> = None;
-    for (k, &(pivot, schedule)) in runs.iter().enumerate() {
+    for (k, &(rule, schedule)) in runs.iter().enumerate() {
+        let pivot = rule.is_some();
         let (input, kind, seed) = if pivot { ("R", "random", 5) } else { ("D", "diag-dominant", 4) };
-        let first_use = k == 0 || runs[k - 1].0 != pivot;
-        let last_use = runs.get(k + 1).is_none_or(|next| next.0 != pivot);
-        let label = format!("{} ({schedule})", if pivot { "pivot" } else { "nopiv" });
-        eprintln!("out-of-core lu {label} n = {n}, b = {b}, {} slaves", args.slaves);
+        let first_use = k == 0 || runs[k - 1].0.is_some() != pivot;
+        let last_use = runs.get(k + 1).is_none_or(|next| next.0.is_some() != pivot);
+        let what = match rule {
+            None => "nopiv",
+            Some(Partial) => "pivot",
+            Some(Tournament) => "tournament",
+        };
+        eprintln!("out-of-core lu {what} ({schedule}) n = {n}, b = {b}, {} slaves", args.slaves);
         if first_use {
             eprintln!("  creating {input} ({kind})");
             c.create_matrix(input, n, b, kind, seed)?;
         }
         let mut submit = vec!["lu", input, "--out", "LU", "--schedule", schedule];
-        if pivot {
-            submit.push("--pivot");
-        }
+        submit.extend(rule.map(PivotRuns::flags).into_iter().flatten());
         let m = measure(&c, args, &submit)?;
         c.remove_matrix("LU");
         if last_use {
             c.remove_matrix(input);
         }
         let gf = m.job.gflops();
-        let name = format!("{}_{schedule}", if pivot { "pivot" } else { "nopiv" });
+        let name = format!("{what}_{schedule}");
+        if rule == Some(Tournament) {
+            let mut e = job_extra(&m, n, b);
+            e.push(("incore_gflops", json!(round3(reference))));
+            figs.push(("ooc_lu_tournament_vs_incore_dgetrf".into(), round3(gf / reference), "ratio", Some(0.85), e));
+        }
         let mut e = job_extra(&m, n, b);
         e.push(("schedule", json!(schedule)));
         e.push(("incore_gflops", json!(round3(reference))));

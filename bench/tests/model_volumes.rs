@@ -67,7 +67,14 @@ fn lu_volumes_are_the_tasks_reads_and_writes() {
     let implementation = Options { lu_parallel_solves: true, ..Options::default() };
     for (n, b) in PROBLEMS {
         let (a, lu) = (MatrixMeta::new("A", n, n, b), MatrixMeta::new("LU", n, n, b));
-        let spec = JobSpec::Lu { job: uuid::Uuid::new_v4(), a: a.clone(), lu, pivot: false, schedule: LuSchedule::Bags };
+        let spec = JobSpec::Lu {
+            job: uuid::Uuid::new_v4(),
+            a: a.clone(),
+            lu,
+            pivot: false,
+            schedule: LuSchedule::Bags,
+            pivot_rule: Default::default(),
+        };
         let got = run(&spec, &[(&a, MatrixKind::DiagDominant)]);
         check(&format!("lu n={n} b={b}"), &volumes(App::Lu { pivot: false }, n, b, &implementation), got);
         if a.block_rows() > 2 {

@@ -3,7 +3,7 @@
 //! means. `apps` knows nothing of clap: each maps to its `apps` type.
 
 use apps::generate::MatrixKind;
-use apps::job::{CholeskyVariant, LuSchedule};
+use apps::job::{CholeskyVariant, LuSchedule, PivotRule};
 
 /// `master submit cholesky --variant`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -49,6 +49,27 @@ impl From<Schedule> for LuSchedule {
         match s {
             Schedule::Dag => LuSchedule::Dag,
             Schedule::Bags => LuSchedule::Bags,
+        }
+    }
+}
+
+/// `master submit lu --pivot`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Pivot {
+    /// LAPACK's partial pivoting, its exact pivots: a panel task holds the
+    /// whole block column, so a slave's memory grows with n.
+    Partial,
+    /// Tournament pivoting (CALU): every task holds at most four blocks,
+    /// whatever n; the pivots differ from LAPACK's, the growth factor
+    /// stays close; its tree costs extra flops (dag schedule only).
+    Tournament,
+}
+
+impl From<Pivot> for PivotRule {
+    fn from(p: Pivot) -> PivotRule {
+        match p {
+            Pivot::Partial => PivotRule::Partial,
+            Pivot::Tournament => PivotRule::Tournament,
         }
     }
 }

@@ -175,7 +175,11 @@ async fn run_app(args: &Args, app: &str, client: &Client, slaves: &mut Slaves) -
         "lu" => {
             let a = meta(&crate::matrix::create(client, "D", n, n, b, MatrixKind::DiagDominant, 4, true).await?);
             let lu = meta(&client.create_matrix("LU", n, n, b).await?);
-            jobs::submit_spec(client, JobSpec::Lu { job: Uuid::new_v4(), a, lu, pivot: true, schedule: LuSchedule::Dag }).await?
+            jobs::submit_spec(
+                client,
+                JobSpec::Lu { job: Uuid::new_v4(), a, lu, pivot: true, schedule: LuSchedule::Dag, pivot_rule: Default::default() },
+            )
+            .await?
         }
         "raytrace" => {
             let params =

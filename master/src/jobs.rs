@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use apps::job::{output_shapes, plan, AppRequest, CholeskyVariant, JobSpec, LuSchedule};
+use apps::job::{output_shapes, plan, AppRequest, CholeskyVariant, JobSpec, LuSchedule, PivotRule};
 use slave::record::{self, Cancelled, Failure, JobRecord, TaskDone, TaskTimes};
 use store_client::Client;
 use uuid::Uuid;
 
-use crate::choices::{Schedule, Variant};
+use crate::choices::{Pivot, Schedule, Variant};
 use crate::out::{errln, outln};
 use crate::source::{meta, with_source};
 use crate::store_args::StoreArgs;
@@ -65,9 +65,13 @@ pub(crate) enum Submit {
         /// while a running job reads or writes it).
         #[arg(long)]
         force: bool,
-        /// Partial pivoting (otherwise A should be diagonally dominant).
-        #[arg(long)]
-        pivot: bool,
+        /// Pivot (otherwise A should be diagonally dominant). `--pivot`
+        /// alone is partial pivoting. Choose tournament for matrices whose
+        /// block column does not fit a slave's memory (its tasks hold a
+        /// few blocks whatever n); partial when LAPACK's exact pivots
+        /// matter, or for speed where memory allows.
+        #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "partial", value_name = "RULE")]
+        pivot: Option<Pivot>,
         /// How the factorisation is split into bags of tasks. Without
         /// --pivot both run the same tasks and give the same bits, the dag
         /// faster (no barriers); with --pivot the dag is right-looking (the
@@ -129,9 +133,13 @@ pub(crate) async fn submit(cmd: Submit) -> anyhow::Result<()> {
         }
         Submit::Lu { a, out, force, pivot, schedule, .. } => {
             let schedule: LuSchedule = schedule.into();
+            let pivot_rule = pivot.map_or(PivotRule::Partial, PivotRule::from);
+            if pivot_rule == PivotRule::Tournament && schedule != LuSchedule::Dag {
+                bail!("--pivot tournament runs on the dag schedule only (drop --schedule bags)");
+            }
             let a = meta(&client.matrix_by_name(&a).await?);
             let lu = create_output(&client, &out, force, &AppRequest::Lu { a: &a }).await?;
-            submit_spec(&client, JobSpec::Lu { job: Uuid::new_v4(), a, lu, pivot, schedule }).await?
+            submit_spec(&client, JobSpec::Lu { job: Uuid::new_v4(), a, lu, pivot: pivot.is_some(), schedule, pivot_rule }).await?
         }
         Submit::Raytrace { scene, level, width, height, grain, samples, out, .. } => {
             if scene != "balls" {

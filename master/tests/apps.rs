@@ -485,6 +485,13 @@ fn lu_tasks(pivot: bool, schedule: &str, p: usize) -> usize {
     }
 }
 
+/// Tournament pivoting: per panel of `m > 1` blocks a tree of `m − 1`
+/// tasks and `m − 1` updates, the last panel one task, then a left swap
+/// per column but the last.
+fn tournament_tasks(p: usize) -> usize {
+    (2..=p).map(|m| 2 * (m - 1)).sum::<usize>() + 1 + p - 1
+}
+
 fn blocks(n: u64, b: u32) -> usize {
     n.div_ceil(u64::from(b)) as usize
 }
@@ -566,6 +573,85 @@ fn lu_with_and_without_pivoting_matches_in_core_lapack() {
             env.assert_each_task_once(job, lu_tasks(pivot, schedule, p));
             status_complete(s, job, lu_tasks(pivot, schedule, p));
             verify_ok(s, job, "‖PA − L·U‖_F/‖A‖_F");
+        }
+    }
+}
+
+#[test]
+fn lu_tournament_pivoting_factors_and_exports_as_partial_pivoting_does() {
+    let env = Env::start(&[]);
+    let s = env.s();
+    let _slaves = Slaves::start(s, 2, &[]);
+    for (idx, (n, b)) in [(100u64, 32u32), (150, 64), (40, 64), (224, 32)].into_iter().enumerate() {
+        let p = blocks(n, b);
+        let a_name = format!("T{idx}");
+        create_kind(s, &a_name, n, n, b, "random", 60 + idx as u64);
+        let a = env.export(&a_name);
+        let (lapack, lapack_piv) = lapack_lu(&a);
+        let out = format!("LUT{idx}");
+        let job = submit(s, &["lu", &a_name, "--out", &out, "--pivot", "tournament"]);
+        wait_ok(s, job);
+        let lu = env.export(&out);
+        let swaps = env.pivots(job, p as u32);
+        let f = env.path(&format!("{out}.perm.npy"));
+        master_ok(s, &["matrix", "export", &format!("{out}.perm"), f.to_str().unwrap()]);
+        assert_eq!(read_perm_npy(&f), permutation(&swaps), "n={n} b={b}: exported permutation");
+        let res = lu_residual(&a, &lu, &permutation(&swaps));
+        let max_abs = |m: &Mat, upper: bool| {
+            (0..m.cols)
+                .flat_map(|c| (0..m.rows).map(move |r| (r, c)))
+                .filter(|&(r, c)| !upper || r <= c)
+                .fold(0.0f64, |x, (r, c)| x.max(m.get(r, c).abs()))
+        };
+        let growth = max_abs(&lu, true) / max_abs(&a, false);
+        let lapack_growth = max_abs(&lapack, true) / max_abs(&a, false);
+        eprintln!(
+            "lu tournament n={n} b={b}: residual {res:.2e}, growth {growth:.2} (partial {lapack_growth:.2}), {} of {n} pivots as LAPACK's",
+            swaps.iter().zip(&lapack_piv).filter(|(x, y)| x == y).count()
+        );
+        assert!(res <= 1e-13 * n as f64, "n={n} b={b}: ‖PA − LU‖/‖A‖ = {res:e}");
+        assert!(growth <= 10.0 * lapack_growth.max(1.0), "n={n} b={b}: growth {growth} against partial {lapack_growth}");
+        env.assert_each_task_once(job, tournament_tasks(p));
+        status_complete(s, job, tournament_tasks(p));
+        verify_ok(s, job, "‖PA − L·U‖_F/‖A‖_F");
+    }
+    // The bags schedule has no tournament; refused before anything is created.
+    let out = master(s, &["submit", "lu", "T0", "--out", "never", "--pivot", "tournament", "--schedule", "bags"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("dag schedule only"));
+    assert!(!master_ok(s, &["matrix", "list"]).contains("never"));
+}
+
+/// Peak resident set (VmHWM) of a process, in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 =
+        status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap();
+    kb * 1024
+}
+
+#[test]
+fn lu_tournament_slaves_stay_within_four_blocks() {
+    // Blocks of 8 MiB, 4 block rows: partial pivoting's panel holds a
+    // column of 32 MiB twice over; tournament tasks hold at most four blocks.
+    let (n, b) = (4096u64, 1024u32);
+    let block = u64::from(b) * u64::from(b) * 8;
+    let bound = 4 * block + (64 << 20);
+    let env = Env::start(&[]);
+    let s = env.s();
+    create_kind(s, "R", n, n, b, "random", 9);
+    for rule in ["partial", "tournament"] {
+        let slaves = Slaves::start(s, 2, &[]);
+        let job = submit(s, &["lu", "R", "--out", &format!("LU-{rule}"), "--pivot", rule]);
+        wait_ok(s, job);
+        verify_ok(s, job, "‖PA − L·U‖_F/‖A‖_F");
+        let peaks: Vec<u64> = slaves.running.iter().map(|c| peak_rss(c.id())).collect();
+        eprintln!(
+            "lu --pivot {rule} n={n} b={b}: slave peak RSS {:?} MiB (bound {} MiB)",
+            peaks.iter().map(|x| x >> 20).collect::<Vec<_>>(),
+            bound >> 20
+        );
+        if rule == "tournament" {
+            assert!(peaks.iter().all(|&x| x <= bound), "a slave peaked at {peaks:?} bytes, over 4 blocks + 64 MiB = {bound}");
         }
     }
 }
@@ -660,20 +746,24 @@ fn lu_with_and_without_pivoting_survives_ten_kills_bit_identical_each_task_once(
     create_kind(s, "R", n, n, b, "random", 5);
     let mut nopiv_bags = None;
     let mut pivot_bags_swaps = None;
-    for (pivot, schedule) in [(false, "bags"), (false, "dag"), (true, "bags"), (true, "dag")] {
+    // Tournament pivoting: slaves die at their first or second task, which
+    // at the start of the job and after each panel are the tree's, so kills
+    // land mid-tree.
+    let cases = [(false, "bags", ""), (false, "dag", ""), (true, "bags", "partial"), (true, "dag", "partial"), (true, "dag", "tournament")];
+    for (case, (pivot, schedule, rule)) in cases.into_iter().enumerate() {
         let a = if pivot { "R" } else { "D" };
         let mut outs = Vec::new();
         let mut pivs = Vec::new();
         for kills in [0, KILLS] {
-            let out = format!("LU-{pivot}-{schedule}-{kills}");
+            let out = format!("LU-{pivot}-{schedule}-{rule}-{kills}");
             let mut args = vec!["lu", a, "--out", out.as_str(), "--schedule", schedule];
             if pivot {
-                args.push("--pivot");
+                args.extend(["--pivot", rule]);
             }
             let job = submit(s, &args);
-            let total = lu_tasks(pivot, schedule, p);
-            let made = run_with_kills(&env, job, total, kills, seed + u64::from(pivot));
-            assert!(made >= kills, "pivot={pivot}: only {made} kills landed while the job ran");
+            let total = if rule == "tournament" { tournament_tasks(p) } else { lu_tasks(pivot, schedule, p) };
+            let made = run_with_kills(&env, job, total, kills, seed + case as u64 / 2);
+            assert!(made >= kills, "pivot={pivot} {rule}: only {made} kills landed while the job ran");
             env.assert_each_task_once(job, total);
             status_complete(s, job, total);
             verify_ok(s, job, "‖PA − L·U‖_F/‖A‖_F");
@@ -682,7 +772,7 @@ fn lu_with_and_without_pivoting_survives_ten_kills_bit_identical_each_task_once(
                 pivs.push(env.pivots(job, p as u32));
             }
         }
-        assert!(outs[0] == outs[1], "pivot={pivot} {schedule}: the factors after {KILLS} kills differ from the run without kills");
+        assert!(outs[0] == outs[1], "pivot={pivot} {schedule} {rule}: the factors after {KILLS} kills differ from the run without kills");
         // The dag runs the bags' tasks in another order: the same bits.
         match (pivot, schedule, &nopiv_bags) {
             (false, "bags", _) => nopiv_bags = Some(outs[0].clone()),
@@ -690,7 +780,9 @@ fn lu_with_and_without_pivoting_survives_ten_kills_bit_identical_each_task_once(
             _ => {}
         }
         if pivot {
-            assert_eq!(pivs[0], pivs[1], "the interchanges differ after kills");
+            assert_eq!(pivs[0], pivs[1], "{rule}: the interchanges differ after kills");
+        }
+        if rule == "partial" {
             // Right-looking chooses the same pivots as the source's order.
             match (schedule, &pivot_bags_swaps) {
                 ("bags", _) => pivot_bags_swaps = Some(pivs[0].clone()),

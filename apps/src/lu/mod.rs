@@ -35,10 +35,16 @@
 //! waits only for the update of column `k + 1`, not for the whole step.
 //! The interchanges of later panels reach the `L` blocks left of them in a
 //! second bag, one task per block column, at the end.
+//!
+//! **With tournament pivoting** ([`tournament`], dag only): the same
+//! right-looking steps, but each panel's pivots are chosen by a reduction
+//! tree of tasks over its blocks (CALU), and no task holds more than four
+//! blocks. The interchanges are recorded as partial pivoting records
+//! them, so [`permutation`] and every check read both alike.
 
 use crate::block::{Block, BlockId, MatrixMeta};
 use crate::ctx::TaskCtx;
-use crate::job::{self, LuSchedule, OutputShape, Plan, PlanError, PlannedBag, TaskError, TaskOutcome};
+use crate::job::{self, LuSchedule, OutputShape, PivotRule, Plan, PlanError, PlannedBag, TaskError, TaskOutcome};
 use crate::kernels;
 use crate::verify::{BlockSource, VerifyError};
 use serde::{Deserialize, Serialize};
@@ -108,6 +114,17 @@ pub enum LuTask {
         /// Block column.
         m: u32,
     },
+    /// Tournament pivoting: node `idx` of level `level` of panel `k`'s
+    /// reduction tree (level 0: block row `k + idx`); the root also
+    /// factors the panel.
+    Pick {
+        /// Panel.
+        k: u32,
+        /// Tree level (0: one block).
+        level: u32,
+        /// Node within its level.
+        idx: u32,
+    },
 }
 
 /// Key of panel `k`'s interchanges: little-endian u64 global row indices,
@@ -129,6 +146,7 @@ pub fn counter_key(job: uuid::Uuid, t: LuTask) -> String {
         LuTask::Swap { k, j } => format!("{job}/lu/deps/swap/{k}/{j}"),
         LuTask::Update { k, j } => format!("{job}/lu/deps/update/{k}/{j}"),
         LuTask::LeftSwap { m } => format!("{job}/lu/deps/left-swap/{m}"),
+        LuTask::Pick { k, level, idx } => format!("{job}/lu/deps/pick/{k}/{level}/{idx}"),
     }
 }
 
@@ -143,7 +161,12 @@ pub fn n_deps(t: LuTask) -> u32 {
         LuTask::Factor { .. } => 1,
         LuTask::SolveL { .. } => 2,
         LuTask::SolveU { k, .. } => 2 * k + 1,
-        LuTask::Copy { .. } | LuTask::Panel { .. } | LuTask::Swap { .. } | LuTask::Update { .. } | LuTask::LeftSwap { .. } => 0,
+        LuTask::Copy { .. }
+        | LuTask::Panel { .. }
+        | LuTask::Swap { .. }
+        | LuTask::Update { .. }
+        | LuTask::LeftSwap { .. }
+        | LuTask::Pick { .. } => 0,
     }
 }
 
@@ -162,7 +185,12 @@ pub fn successors(p: u32, t: LuTask) -> Vec<LuTask> {
         // U(k,j) is U(m,k) of the multiplies (i, j), i ≥ j, and U(m,j) of
         // the U solves (m, j), k < m < j.
         LuTask::SolveU { k, j } => (j..p).map(|i| LuTask::Mult { i, k: j }).chain((k + 1..j).map(|m| LuTask::SolveU { k: m, j })).collect(),
-        LuTask::Copy { .. } | LuTask::Panel { .. } | LuTask::Swap { .. } | LuTask::Update { .. } | LuTask::LeftSwap { .. } => Vec::new(),
+        LuTask::Copy { .. }
+        | LuTask::Panel { .. }
+        | LuTask::Swap { .. }
+        | LuTask::Update { .. }
+        | LuTask::LeftSwap { .. }
+        | LuTask::Pick { .. } => Vec::new(),
     };
     s.sort_unstable();
     s
@@ -181,9 +209,38 @@ pub(crate) fn check(a: &MatrixMeta, lu: &MatrixMeta) -> Result<(), PlanError> {
     Ok(())
 }
 
-pub(crate) fn plan(job: uuid::Uuid, a: &MatrixMeta, lu: &MatrixMeta, pivot: bool, schedule: LuSchedule) -> Result<Plan, PlanError> {
+/// Which factorisation a job runs: the spec's `pivot` flag and its rule in one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pivoting {
+    /// No interchanges (diagonally dominant input).
+    None,
+    /// LAPACK's partial pivoting, a whole block column per panel task.
+    Partial,
+    /// Tournament pivoting ([`tournament`]).
+    Tournament,
+}
+
+impl Pivoting {
+    /// From a [`crate::job::JobSpec::Lu`]'s `pivot` and `pivot_rule`.
+    pub fn of(pivot: bool, rule: PivotRule) -> Pivoting {
+        match (pivot, rule) {
+            (false, _) => Pivoting::None,
+            (true, PivotRule::Partial) => Pivoting::Partial,
+            (true, PivotRule::Tournament) => Pivoting::Tournament,
+        }
+    }
+}
+
+pub(crate) fn plan(job: uuid::Uuid, a: &MatrixMeta, lu: &MatrixMeta, pivoting: Pivoting, schedule: LuSchedule) -> Result<Plan, PlanError> {
     check(a, lu)?;
     let p = a.block_rows();
+    if pivoting == Pivoting::Tournament {
+        if schedule != LuSchedule::Dag {
+            return Err(PlanError::Unsupported { reason: "tournament pivoting runs on the dag schedule only".into() });
+        }
+        return Ok(tournament::plan(job, p));
+    }
+    let pivot = pivoting == Pivoting::Partial;
     let mut plan = Plan::default();
     if schedule == LuSchedule::Dag && pivot {
         return Ok(right_looking::plan(job, p));
@@ -235,19 +292,26 @@ pub(crate) fn plan(job: uuid::Uuid, a: &MatrixMeta, lu: &MatrixMeta, pivot: bool
 /// The blocks a task writes last, handed back to [`run`] to be written
 /// after the task's releases: their puts go to the node behind the task,
 /// and a release sent after them waits for them.
-type LastWrites = Vec<(BlockId, Block)>;
+pub(super) type LastWrites = Vec<(BlockId, Block)>;
 
 pub(crate) fn run(
     job: uuid::Uuid,
     a: &MatrixMeta,
     lu: &MatrixMeta,
-    pivot: bool,
+    pivoting: Pivoting,
     schedule: LuSchedule,
     task: &[u8],
     ctx: &mut dyn TaskCtx,
 ) -> Result<TaskOutcome, TaskError> {
     let t: LuTask = job::decode_task(task)?;
     let p = a.block_rows();
+    if pivoting == Pivoting::Tournament {
+        if schedule != LuSchedule::Dag {
+            return Err(TaskError::BadTask { reason: format!("LU task {t:?}: tournament pivoting on the {schedule:?} schedule") });
+        }
+        return tournament::run(job, a, lu, t, ctx);
+    }
+    let pivot = pivoting == Pivoting::Partial;
     let bad = || TaskError::BadTask { reason: format!("LU task {t:?} (p={p}, pivot={pivot}, {schedule:?})") };
     let dag = schedule == LuSchedule::Dag;
     let right_looking = dag && pivot;
@@ -257,6 +321,7 @@ pub(crate) fn run(
         LuTask::Copy { .. } | LuTask::Swap { .. } => pivot && !dag,
         LuTask::Mult { .. } | LuTask::SolveU { .. } => !right_looking,
         LuTask::Factor { .. } | LuTask::SolveL { .. } => !pivot,
+        LuTask::Pick { .. } => false,
     };
     if !belongs {
         return Err(bad());
@@ -344,6 +409,7 @@ pub(crate) fn run(
             }
             swap(job, lu, m + 1..p, m, ctx)?
         }
+        LuTask::Pick { .. } => return Err(bad()),
     };
     let next = if right_looking {
         right_looking::successors(p, t)
@@ -549,3 +615,4 @@ pub fn permutation<S: BlockSource>(src: &mut S, job: uuid::Uuid, lu: &MatrixMeta
 mod right_looking;
 #[cfg(test)]
 mod tests;
+pub mod tournament;

@@ -13,7 +13,7 @@ fn run_on(n: u64, b: u32, seed: u64, pivot: bool, kind: MatrixKind, schedule: Lu
     let lu = MatrixMeta::new("LU", n, n, b);
     let mut store = MemStore::new();
     store.generate(&a, kind, seed);
-    let spec = JobSpec::Lu { job: uuid::Uuid::new_v4(), a: a.clone(), lu: lu.clone(), pivot, schedule };
+    let spec = JobSpec::Lu { job: uuid::Uuid::new_v4(), a: a.clone(), lu: lu.clone(), pivot, schedule, pivot_rule: Default::default() };
     (store, spec, a, lu)
 }
 
@@ -95,7 +95,7 @@ fn singular_names_the_block() {
 fn shapes_and_descriptors() {
     let a = MatrixMeta::new("A", 10, 12, 4);
     let lu = MatrixMeta::new("LU", 10, 12, 4);
-    let spec = JobSpec::Lu { job: uuid::Uuid::new_v4(), a, lu, pivot: false, schedule: LuSchedule::Bags };
+    let spec = JobSpec::Lu { job: uuid::Uuid::new_v4(), a, lu, pivot: false, schedule: LuSchedule::Bags, pivot_rule: Default::default() };
     assert!(matches!(plan(&spec), Err(PlanError::NotSquare { .. })));
     let (store, spec, ..) = run(20, 8, 1, false, MatrixKind::DiagDominant);
     let mut ctx = crate::mem::MemCtx::new(&store, spec.job());
@@ -106,7 +106,7 @@ fn shapes_and_descriptors() {
 }
 
 fn lu_spec(a: &MatrixMeta, lu: &MatrixMeta, pivot: bool, schedule: LuSchedule) -> JobSpec {
-    JobSpec::Lu { job: uuid::Uuid::new_v4(), a: a.clone(), lu: lu.clone(), pivot, schedule }
+    JobSpec::Lu { job: uuid::Uuid::new_v4(), a: a.clone(), lu: lu.clone(), pivot, schedule, pivot_rule: Default::default() }
 }
 
 #[test]
@@ -135,6 +135,21 @@ fn dag_schedule_is_bit_identical_to_the_bags() {
     }
 }
 
+/// Every task a dag's task releases is one of its tasks, and each task is
+/// released exactly as many times as its counter says.
+pub(super) fn check_counters(p: u32, all: &[LuTask], successors: impl Fn(u32, LuTask) -> Vec<LuTask>, n_deps: impl Fn(LuTask) -> u32) {
+    let mut count = std::collections::HashMap::new();
+    for t in all {
+        for s in successors(p, *t) {
+            assert!(all.contains(&s), "p={p}: {t:?} releases {s:?}, not a task");
+            *count.entry(s).or_insert(0u32) += 1;
+        }
+    }
+    for t in all {
+        assert_eq!(count.get(t).copied().unwrap_or(0), n_deps(*t), "p={p}: {t:?}");
+    }
+}
+
 #[test]
 fn dag_counters_match_the_producers() {
     for p in 1u32..9 {
@@ -152,16 +167,7 @@ fn dag_counters_match_the_producers() {
                     .chain((k + 1..p).map(move |j| LuTask::SolveU { k, j }))
             })
             .collect();
-        let mut count = std::collections::HashMap::new();
-        for t in &all {
-            for s in successors(p, *t) {
-                assert!(all.contains(&s), "p={p}: {t:?} releases {s:?}, not a task");
-                *count.entry(s).or_insert(0u32) += 1;
-            }
-        }
-        for t in &all {
-            assert_eq!(count.get(t).copied().unwrap_or(0), n_deps(*t), "p={p}: {t:?}");
-        }
+        check_counters(p, &all, successors, n_deps);
         // The bag starts with exactly the tasks no other task feeds; every
         // other task has its counter.
         let ready: Vec<LuTask> = pl.bags[0].tasks.iter().map(|t| serde_json::from_slice(t).unwrap()).collect();
@@ -202,16 +208,7 @@ fn pivoted_dag_counters_match_the_producers() {
         let pl = plan(&lu_spec(&a, &lu, true, LuSchedule::Dag)).unwrap();
         let all = right_looking::tasks(p);
         assert_eq!(all.len() as u32, p + p * (p - 1) / 2, "p={p}");
-        let mut count = std::collections::HashMap::new();
-        for t in &all {
-            for s in right_looking::successors(p, *t) {
-                assert!(all.contains(&s), "p={p}: {t:?} releases {s:?}, not a task");
-                *count.entry(s).or_insert(0u32) += 1;
-            }
-        }
-        for t in &all {
-            assert_eq!(count.get(t).copied().unwrap_or(0), right_looking::n_deps(*t), "p={p}: {t:?}");
-        }
+        check_counters(p, &all, right_looking::successors, right_looking::n_deps);
         let ready: Vec<LuTask> = pl.bags[0].tasks.iter().map(|t| serde_json::from_slice(t).unwrap()).collect();
         assert_eq!(ready, vec![LuTask::Panel { k: 0 }]);
         assert_eq!(pl.initial_small.len(), all.len() - 1);

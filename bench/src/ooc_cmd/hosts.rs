@@ -49,12 +49,15 @@ impl Job {
                     label: format!("cholesky ({v})"),
                 }
             }
-            App::Lu if args.pivot => Job {
-                inputs: vec![("R", "random", 5)],
-                submit: own(&["lu", "R", "--out", "LU", "--schedule", "dag", "--pivot"]),
-                output: "LU",
-                label: "lu (pivot, dag)".into(),
-            },
+            App::Lu if args.pivot.is_some() => {
+                let rule = args.pivot.map_or(["--pivot", "partial"], super::PivotRuns::flags);
+                Job {
+                    inputs: vec![("R", "random", 5)],
+                    submit: own(&["lu", "R", "--out", "LU", "--schedule", "dag", rule[0], rule[1]]),
+                    output: "LU",
+                    label: format!("lu ({} pivoting, dag)", rule[1]),
+                }
+            }
             App::Lu => Job {
                 inputs: vec![("D", "diag-dominant", 4)],
                 submit: own(&["lu", "D", "--out", "LU", "--schedule", "dag"]),
