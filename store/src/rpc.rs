@@ -239,6 +239,10 @@ impl Store for Rpc {
         Ok(Response::new(self.transports.snapshot(self.tls)))
     }
 
+    async fn metrics(&self, _: Request<proto::Empty>) -> Reply<proto::NodeMetrics> {
+        Ok(Response::new(self.node.metrics_snapshot()))
+    }
+
     async fn begin(&self, req: Request<proto::BeginRequest>) -> Reply<proto::BeginReply> {
         Ok(Response::new(begin(&self.node, req.into_inner())?))
     }
