@@ -21,8 +21,9 @@ pub struct NodeMetrics {
     /// that went to a dead-letter bag.
     pub tasks_orphaned: u64,
     pub tasks_dead_lettered: u64,
-    /// Sessions the node ended: a broken stream or a lapsed lease.
-    pub sessions_ended: u64,
+    /// Sessions that ended on a lost connection or a lapsed lease (a slave
+    /// killed or cut off), not those their client closed.
+    pub sessions_lost: u64,
     /// Lock requests that waited, and those that timed out.
     pub lock_waits: u64,
     pub lock_timeouts: u64,
@@ -56,7 +57,7 @@ impl From<proto::NodeMetrics> for NodeMetrics {
             aborts: m.aborts,
             tasks_orphaned: m.tasks_orphaned,
             tasks_dead_lettered: m.tasks_dead_lettered,
-            sessions_ended: m.sessions_ended,
+            sessions_lost: m.sessions_lost,
             lock_waits: m.lock_waits,
             lock_timeouts: m.lock_timeouts,
             block_bytes_read: m.block_bytes_read,

@@ -10,12 +10,15 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::web::{self, Browser};
-use support::{master_ok, StoreProc};
+use support::StoreProc;
 
 const TOKEN: &str = "dash-token";
 
-/// A node with a token and the dashboard on a port of its own.
+/// A node with a token and the dashboard on a port of its own; the
+/// `master` and `slave` processes the test starts get the token from the
+/// environment, as a user's do.
 fn node(dir: &std::path::Path) -> (StoreProc, String) {
+    std::env::set_var("STORE_TOKEN", TOKEN);
     StoreProc::spawn_with_http(Command::new(env!("CARGO_BIN_EXE_master")).args([
         "serve",
         "--data",
@@ -29,16 +32,7 @@ fn node(dir: &std::path::Path) -> (StoreProc, String) {
     ]))
 }
 
-/// `master ARGS` with the token, against `store`.
-fn master(store: &str, args: &[&str]) -> String {
-    std::env::set_var("STORE_TOKEN", TOKEN);
-    master_ok(store, args)
-}
-
-fn slave(store: &str, name: &str, extra: &[&str]) -> std::process::Child {
-    std::env::set_var("STORE_TOKEN", TOKEN);
-    support::slave(store, name, extra)
-}
+use support::{master_ok as master, slave};
 
 /// Random n×n A and B in blocks of 64 and a submitted C = A·B: (job, tasks).
 fn submit_matmul(store: &str, n: u64) -> (String, u64) {
@@ -51,7 +45,6 @@ const BEARER: &str = "Bearer dash-token";
 
 #[test]
 fn dashboard_and_metrics_refuse_requests_without_the_token() {
-    std::env::set_var("STORE_TOKEN", TOKEN);
     let dir = tempfile::tempdir().unwrap();
     let (_node, http) = node(dir.path());
     for path in ["/", "/api/snapshot", "/metrics", "/nothing-here"] {
@@ -98,7 +91,8 @@ fn metrics_parse_and_count_a_jobs_tasks_as_it_runs() {
     assert!(value(&before, "ftbag_disk_free_bytes", None).unwrap() > 0.0);
     let (job, n_tasks) = submit_matmul(&node.addr, 512);
     let slaves: Vec<_> = (0..2).map(|k| slave(&node.addr, &format!("m-{k}"), &[])).collect();
-    let counters = ["ftbag_tasks_committed_total", "ftbag_commits_total", "ftbag_block_written_bytes_total", "ftbag_block_read_bytes_total"];
+    let counters =
+        ["ftbag_tasks_committed_total", "ftbag_commits_total", "ftbag_block_written_bytes_total", "ftbag_block_read_bytes_total"];
     let read = |s: &prometheus_parse::Scrape, name: &str| {
         let label = (name == "ftbag_tasks_committed_total").then_some(("app", "matmul"));
         value(s, name, label).unwrap_or(0.0)
@@ -195,7 +189,8 @@ fn the_dashboard_in_a_browser_shows_a_job_through_a_slave_kill_to_done() {
             replacement = Some(slave(&node.addr, "replacement", &[]));
         }
         let swapped = replacement.is_some() && p.slaves.contains(&"replacement".into()) && !p.slaves.contains(&"victim".into());
-        if swapped && !shot_midway && p.state == "running" {
+        // The picture of the job under way: past half, the charts filled.
+        if swapped && !shot_midway && p.state == "running" && p.done * 2 >= p.total {
             browser.screenshot(&out.join("dashboard-running.png"));
             shot_midway = true;
         }
@@ -230,4 +225,71 @@ fn base64_of_a_screenshot_decodes_with_its_padding() {
     assert_eq!(web::base64_decode("TWFu"), b"Man");
     assert_eq!(web::base64_decode("TWE="), b"Ma");
     assert_eq!(web::base64_decode("TQ=="), b"M");
+}
+
+/// One HTTPS GET of `/metrics` trusting `certs/ca.pem`, with the client
+/// certificate and the token or without; the status, or why the
+/// connection failed.
+fn https_metrics(http: &str, certs: &std::path::Path, client_cert: bool, token: bool) -> Result<u16, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls;
+    let pem = |name: &str| std::fs::read(certs.join(name)).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut pem("ca.pem").as_slice()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = if client_cert {
+        let chain = rustls_pemfile::certs(&mut pem("client.pem").as_slice()).map(Result::unwrap).collect();
+        let key = rustls_pemfile::private_key(&mut pem("client-key.pem").as_slice()).unwrap().unwrap();
+        builder.with_client_auth_cert(chain, key).unwrap()
+    } else {
+        builder.with_no_client_auth()
+    };
+    support::runtime().block_on(async {
+        let tcp = tokio::net::TcpStream::connect(http).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, tcp).await.map_err(|e| e.to_string())?;
+        let auth = if token { format!("Authorization: {BEARER}\r\n") } else { String::new() };
+        let req = format!("GET /metrics HTTP/1.1\r\nHost: {http}\r\n{auth}Connection: close\r\n\r\n");
+        tls.write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
+        let mut reply = Vec::new();
+        // With TLS 1.3 a refused client certificate shows at the first read.
+        tls.read_to_end(&mut reply).await.map_err(|e| e.to_string())?;
+        let reply = String::from_utf8_lossy(&reply);
+        reply.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| format!("no HTTP status in {reply:?}"))
+    })
+}
+
+#[test]
+fn over_tls_the_dashboard_port_asks_for_the_nodes_client_certificate_and_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    master("unused:1", &["certs", "--out", certs.to_str().unwrap(), "--host", "127.0.0.1", "--client"]);
+    std::env::set_var("STORE_TOKEN", TOKEN);
+    let pem = |name: &str| certs.join(name).to_str().unwrap().to_owned();
+    let data = dir.path().join("data");
+    let (_node, http) = StoreProc::spawn_with_http(Command::new(env!("CARGO_BIN_EXE_master")).args([
+        "serve",
+        "--data",
+        data.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--token",
+        TOKEN,
+        "--tls-cert",
+        &pem("node.pem"),
+        "--tls-key",
+        &pem("node-key.pem"),
+        "--tls-client-ca",
+        &pem("ca.pem"),
+    ]));
+    assert!(https_metrics(&http, &certs, false, true).is_err(), "no client certificate: refused at the handshake");
+    assert_eq!(https_metrics(&http, &certs, true, false), Ok(401), "a certificate without the token");
+    assert_eq!(https_metrics(&http, &certs, true, true), Ok(200), "both");
 }

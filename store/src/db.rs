@@ -347,7 +347,9 @@ impl Db {
 
     /// Bytes of RocksDB's table files, all column families.
     pub(crate) fn sst_bytes(&self) -> u64 {
-        let cf = |name: &str| self.db.cf_handle(name).and_then(|cf| self.db.property_int_value_cf(&cf, "rocksdb.total-sst-files-size").ok().flatten());
+        let cf = |name: &str| {
+            self.db.cf_handle(name).and_then(|cf| self.db.property_int_value_cf(&cf, "rocksdb.total-sst-files-size").ok().flatten())
+        };
         cf(rocksdb::DEFAULT_COLUMN_FAMILY_NAME).unwrap_or(0) + cf(BLOCKS).unwrap_or(0)
     }
 

@@ -31,8 +31,9 @@ pub(crate) struct Metrics {
     pub(crate) tasks_orphaned: AtomicU64,
     /// Of those, the elements moved to a dead-letter bag.
     pub(crate) tasks_dead_lettered: AtomicU64,
-    /// Sessions the node ended: a broken stream or a lapsed lease.
-    pub(crate) sessions_ended: AtomicU64,
+    /// Sessions the node ended on a lost connection or a lapsed lease (a
+    /// slave killed or cut off), not those their client closed.
+    pub(crate) sessions_lost: AtomicU64,
     /// Lock requests that had to wait, and those that timed out waiting.
     pub(crate) lock_waits: AtomicU64,
     pub(crate) lock_timeouts: AtomicU64,
@@ -66,7 +67,7 @@ impl Metrics {
             aborts: self.aborts.load(Relaxed),
             tasks_orphaned: self.tasks_orphaned.load(Relaxed),
             tasks_dead_lettered: self.tasks_dead_lettered.load(Relaxed),
-            sessions_ended: self.sessions_ended.load(Relaxed),
+            sessions_lost: self.sessions_lost.load(Relaxed),
             lock_waits: self.lock_waits.load(Relaxed),
             lock_timeouts: self.lock_timeouts.load(Relaxed),
             block_bytes_read: self.block_bytes_read.load(Relaxed),

@@ -18,6 +18,9 @@ use crate::db::Db;
 use crate::keys::{ObjKey, Tentative};
 use crate::metrics::Metrics;
 
+/// Why a session whose client ended it ended (any other end is a loss).
+pub(crate) const CLOSED_BY_CLIENT: &str = "client closed the session";
+
 /// Tunables of a node.
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
@@ -190,7 +193,8 @@ impl Node {
             matrices: RwLock::new(matrices),
             config,
             metrics: Metrics::default(),
-            stopping: tokio::sync::watch::channel(false).0 }
+            stopping: tokio::sync::watch::channel(false).0,
+        }
     }
 
     /// The node is stopping: every session stream ends (the clients see
@@ -254,7 +258,9 @@ impl Node {
             let n: usize = aborted.iter().map(|a| a.actions.len()).sum();
             tracing::info!(session = session.0, name = s.name, n_aborted = n, "session ended: {why}");
             let cleanup = core.after_abort(aborted, true);
-            Metrics::add(&self.metrics.sessions_ended, 1);
+            if why != CLOSED_BY_CLIENT {
+                Metrics::add(&self.metrics.sessions_lost, 1);
+            }
             Metrics::add(&self.metrics.tasks_orphaned, cleanup.n_orphaned);
             Metrics::add(&self.metrics.tasks_dead_lettered, cleanup.n_dead_lettered);
             // Attempt counts are written under the lock: written later, one

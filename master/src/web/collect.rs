@@ -59,7 +59,8 @@ pub(super) struct SlaveView {
     since_heartbeat_ms: u64,
     /// The task its actions hold, said as "app job-prefix what #seq".
     task: Option<String>,
-    /// Its tasks committed and GFLOP/s over the last [`RATE_WINDOW_MS`].
+    /// Its tasks committed and GFLOP/s over the last [`RATE_WINDOW_MS`]
+    /// (or its life, if shorter).
     recent_tasks: usize,
     recent_gflops: f64,
 }
@@ -169,7 +170,8 @@ impl Collector {
                     since_heartbeat_ms: s.since_heartbeat_ms,
                     task: s.tasks.first().map(|t| task_line(t, &apps)),
                     recent_tasks: n,
-                    recent_gflops: flops / (RATE_WINDOW_MS as f64 / 1e3) / 1e9,
+                    // Over the window, or the slave's life if shorter.
+                    recent_gflops: flops / (RATE_WINDOW_MS.min(s.age_ms).max(1) as f64 / 1e3) / 1e9,
                 }
             })
             .collect();
@@ -258,7 +260,7 @@ fn node_json(m: &NodeMetrics, tls: bool, sessions: usize) -> serde_json::Value {
         "aborts": m.aborts,
         "tasks_orphaned": m.tasks_orphaned,
         "tasks_dead_lettered": m.tasks_dead_lettered,
-        "sessions_ended": m.sessions_ended,
+        "sessions_lost": m.sessions_lost,
         "lock_waits": m.lock_waits,
         "block_bytes_read": m.block_bytes_read,
         "block_bytes_written": m.block_bytes_written,

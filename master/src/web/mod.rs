@@ -57,10 +57,12 @@ pub(crate) async fn start(options: Options) -> anyhow::Result<SocketAddr> {
     let client = store_client::Client::connect_unix(&options.rpc_socket, options.token.as_deref())
         .await
         .context("the dashboard reads the node over its Unix socket")?;
-    let (tx, rx) = watch::channel(Arc::new(Snapshot::default()));
     let mut collector = Collector::new(client, options.tls.is_some());
+    // One read before the port answers: no request sees an empty snapshot.
+    let first = collector.next(&Snapshot::default()).await;
+    let (tx, rx) = watch::channel(Arc::new(first));
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(collect::PERIOD);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + collect::PERIOD, collect::PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
@@ -104,8 +106,14 @@ async fn serve(listener: tokio::net::TcpListener, app: Router, tls: Option<tokio
             let served = match tls {
                 Some(tls) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)).await {
                     Ok(Ok(stream)) => http.serve_connection(hyper_util::rt::TokioIo::new(stream), service).await,
-                    Ok(Err(e)) => return tracing::debug!("dashboard TLS handshake from {peer} failed: {e}"),
-                    Err(_) => return tracing::debug!("dashboard TLS handshake from {peer} timed out"),
+                    Ok(Err(e)) => {
+                        tracing::debug!("dashboard TLS handshake from {peer} failed: {e}");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!("dashboard TLS handshake from {peer} timed out");
+                        return;
+                    }
                 },
                 None => http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service).await,
             };

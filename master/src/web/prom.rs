@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
@@ -43,7 +43,7 @@ fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fm
     ConstCounter::new(v).encode(e.encode_descriptor(name, help, None, MetricType::Counter)?)
 }
 
-fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt::Result {
+fn gauge<N: EncodeGaugeValue>(e: &mut DescriptorEncoder, name: &str, help: &str, v: N) -> std::fmt::Result {
     ConstGauge::new(v).encode(e.encode_descriptor(name, help, None, MetricType::Gauge)?)
 }
 
@@ -66,7 +66,7 @@ impl Collector for SnapshotCollector {
     fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
         let s = &self.0;
         let m = &s.metrics;
-        gauge(&mut e, "ftbag_store_up", "1 when the last read of the store node (once a second) succeeded", f64::from(u8::from(s.error.is_none())))?;
+        gauge(&mut e, "ftbag_store_up", "1 when the last read of the store node (once a second) succeeded", u64::from(s.error.is_none()))?;
 
         // By app, from the job records: every app appears once it ran a job.
         let mut by_app: BTreeMap<&str, [u64; 3]> = BTreeMap::new();
@@ -78,7 +78,8 @@ impl Collector for SnapshotCollector {
             a[2] += j.redone as u64;
             *by_state.entry(j.state).or_default() += 1;
         }
-        let app_rows = |i: usize| by_app.iter().map(move |(app, v)| (vec![("app", app.to_string())], ConstCounter::new(v[i]))).collect::<Vec<_>>();
+        let app_rows =
+            |i: usize| by_app.iter().map(move |(app, v)| (vec![("app", app.to_string())], ConstCounter::new(v[i]))).collect::<Vec<_>>();
         family(&mut e, "ftbag_tasks_committed", "Tasks committed, by app (from the job records)", MetricType::Counter, app_rows(0))?;
         family(
             &mut e,
@@ -102,7 +103,13 @@ impl Collector for SnapshotCollector {
             [(labels("waiting"), j.waiting), (labels("running"), j.running), (labels("dead"), j.dead)]
                 .map(|(l, v)| (l, ConstGauge::new(v as i64)))
         });
-        family(&mut e, "ftbag_queue_tasks", "Tasks in a running job's bags: waiting, running (taken) or dead-lettered", MetricType::Gauge, queue_rows)?;
+        family(
+            &mut e,
+            "ftbag_queue_tasks",
+            "Tasks in a running job's bags: waiting, running (taken) or dead-lettered",
+            MetricType::Gauge,
+            queue_rows,
+        )?;
         family(
             &mut e,
             "ftbag_job_progress_ratio",
@@ -117,28 +124,37 @@ impl Collector for SnapshotCollector {
         // The node's own counters, since it started.
         counter(&mut e, "ftbag_commits", "Top-level commits made durable", m.commits)?;
         counter(&mut e, "ftbag_commits_failed", "Top-level commits whose batch failed (the action aborted)", m.commits_failed)?;
-        let buckets: Vec<(f64, u64)> = m.commit_buckets.clone();
-        e.encode_descriptor("ftbag_commit_duration_seconds", "Top-level commit latency: prepare, synced batch, finish", None, MetricType::Histogram)?
-            .encode_histogram::<NoLabelSet>(m.commit_seconds_sum, m.commit_count(), &buckets, None)?;
+        e.encode_descriptor(
+            "ftbag_commit_duration_seconds",
+            "Top-level commit latency: prepare, synced batch, finish",
+            None,
+            MetricType::Histogram,
+        )?
+        .encode_histogram::<NoLabelSet>(m.commit_seconds_sum, m.commit_count(), &m.commit_buckets, None)?;
         counter(&mut e, "ftbag_actions_aborted", "Actions aborted by their client (a failed task, a deadlock)", m.aborts)?;
         counter(&mut e, "ftbag_tasks_orphaned", "Queue elements handed back because their slave's session ended", m.tasks_orphaned)?;
         counter(&mut e, "ftbag_tasks_dead_lettered", "Orphaned elements moved to a dead-letter bag", m.tasks_dead_lettered)?;
-        counter(&mut e, "ftbag_sessions_ended", "Sessions the node ended: a broken stream or a lapsed lease", m.sessions_ended)?;
+        counter(
+            &mut e,
+            "ftbag_sessions_lost",
+            "Sessions ended by a lost connection or a lapsed lease: a slave killed or cut off, or a client that exited without closing its session",
+            m.sessions_lost,
+        )?;
         counter(&mut e, "ftbag_lock_waits", "Lock requests that waited for another action", m.lock_waits)?;
         counter(&mut e, "ftbag_lock_timeouts", "Lock requests that timed out waiting", m.lock_timeouts)?;
         counter(&mut e, "ftbag_block_read_bytes", "Block payload bytes read through the node", m.block_bytes_read)?;
         counter(&mut e, "ftbag_block_written_bytes", "Block payload bytes written through the node", m.block_bytes_written)?;
 
         // Gauges of now.
-        gauge(&mut e, "ftbag_sessions", "Open sessions (slaves and other clients)", f64::from(m.sessions))?;
-        gauge(&mut e, "ftbag_slaves", "Open sessions of slaves", s.slaves.len() as f64)?;
-        gauge(&mut e, "ftbag_disk_free_bytes", "Free bytes on the store's filesystem (for the node's user)", m.disk_free_bytes as f64)?;
-        gauge(&mut e, "ftbag_disk_size_bytes", "Size of the store's filesystem", m.disk_total_bytes as f64)?;
-        gauge(&mut e, "ftbag_rocksdb_sst_bytes", "Bytes of RocksDB's table files", m.rocksdb_sst_bytes as f64)?;
-        gauge(&mut e, "ftbag_matrix_bytes", "Bytes of every matrix's blocks once written", m.matrix_bytes as f64)?;
-        gauge(&mut e, "ftbag_block_cache_bytes", "RocksDB block cache in use", m.block_cache_bytes as f64)?;
-        gauge(&mut e, "ftbag_block_cache_capacity_bytes", "RocksDB block cache size (--cache-mib)", m.block_cache_capacity_bytes as f64)?;
-        gauge(&mut e, "ftbag_open_block_files", "Block version files kept open for reads", m.open_block_files as f64)?;
+        gauge(&mut e, "ftbag_sessions", "Open sessions (slaves and other clients)", m.sessions)?;
+        gauge(&mut e, "ftbag_slaves", "Open sessions of slaves", s.slaves.len() as u64)?;
+        gauge(&mut e, "ftbag_disk_free_bytes", "Free bytes on the store's filesystem (for the node's user)", m.disk_free_bytes)?;
+        gauge(&mut e, "ftbag_disk_size_bytes", "Size of the store's filesystem", m.disk_total_bytes)?;
+        gauge(&mut e, "ftbag_rocksdb_sst_bytes", "Bytes of RocksDB's table files", m.rocksdb_sst_bytes)?;
+        gauge(&mut e, "ftbag_matrix_bytes", "Bytes of every matrix's blocks once written", m.matrix_bytes)?;
+        gauge(&mut e, "ftbag_block_cache_bytes", "RocksDB block cache in use", m.block_cache_bytes)?;
+        gauge(&mut e, "ftbag_block_cache_capacity_bytes", "RocksDB block cache size (--cache-mib)", m.block_cache_capacity_bytes)?;
+        gauge(&mut e, "ftbag_open_block_files", "Block version files kept open for reads", m.open_block_files)?;
         Ok(())
     }
 }

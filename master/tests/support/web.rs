@@ -30,13 +30,39 @@ pub fn request(method: &str, addr: &str, path: &str, headers: &[(&str, &str)], b
     req.push_str("\r\n");
     req.push_str(body);
     s.write_all(req.as_bytes()).unwrap();
+    // Read the head, then the body by its length: chromedriver keeps the
+    // connection open whatever `Connection: close` says.
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no HTTP head in {text:?}"));
+    let mut buf = [0u8; 16 << 10];
+    let head_end = loop {
+        if let Some(i) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = s.read(&mut buf).unwrap_or_else(|e| panic!("{method} {path} at {addr}: {e}"));
+        assert!(n > 0, "{method} {path} at {addr}: closed before the head");
+        raw.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
     let status: u16 = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("bad status line in {head:?}"));
-    let chunked = head.lines().any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding:") && l.contains("chunked"));
-    (status, if chunked { dechunk(rest) } else { rest.to_owned() })
+    let header = |name: &str| {
+        head.lines().find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_owned()))
+    };
+    let mut body = raw.split_off(head_end);
+    match header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        Some(len) => {
+            while body.len() < len {
+                let n = s.read(&mut buf).unwrap_or_else(|e| panic!("{method} {path} at {addr}: {e}"));
+                assert!(n > 0, "{method} {path} at {addr}: closed inside the body");
+                body.extend_from_slice(&buf[..n]);
+            }
+        }
+        None => {
+            s.read_to_end(&mut body).unwrap_or_else(|e| panic!("{method} {path} at {addr}: {e}"));
+        }
+    }
+    let body = String::from_utf8_lossy(&body).into_owned();
+    let chunked = header("transfer-encoding").is_some_and(|v| v.contains("chunked"));
+    (status, if chunked { dechunk(&body) } else { body })
 }
 
 pub fn get(addr: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {

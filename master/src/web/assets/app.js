@@ -85,7 +85,7 @@ function draw(s) {
   drawJobs(s.jobs || []);
   drawSlaves(s.slaves || []);
   const h = s.history || [];
-  drawChart($("#chart-gflops"), h, [{ cls: "gflops", values: h.map((p) => p.gflops) }], (v) => v.toFixed(1));
+  drawChart($("#chart-gflops"), h, [{ cls: "gflops", values: h.map((p) => p.gflops) }], (v) => v.toFixed(v < 1 ? 2 : 1));
   drawChart($("#chart-bytes"), h, [
     { cls: "read", values: h.map((p) => p.read_bytes_per_s) },
     { cls: "written", values: h.map((p) => p.written_bytes_per_s) },
@@ -93,8 +93,8 @@ function draw(s) {
   const jobs = s.jobs || [];
   const sum = (k) => jobs.reduce((a, j) => a + (j[k] || 0), 0);
   figures($("#recovery"), [
-    ["slave sessions lost", n.sessions_ended ?? 0, "sessions_ended"],
-    ["tasks orphaned (returned to their bag)", n.tasks_orphaned ?? 0, "tasks_orphaned"],
+    ["tasks orphaned (their slave died or was cut off)", n.tasks_orphaned ?? 0, "tasks_orphaned"],
+    ["sessions lost (not closed by their client)", n.sessions_lost ?? 0, "sessions_lost"],
     ["tasks redone (listed jobs)", sum("tasks_redone"), "redone"],
     ["task runs aborted (listed jobs)", sum("tasks_aborted"), "aborted"],
     ["tasks dead-lettered now", sum("tasks_dead"), "dead"],
@@ -102,10 +102,10 @@ function draw(s) {
   ]);
   const diskUsed = (n.disk_total_bytes || 0) - (n.disk_free_bytes || 0);
   figures($("#store"), [
-    ["disk", `${bar(n.disk_total_bytes ? diskUsed / n.disk_total_bytes : 0)}${bytes(n.disk_free_bytes || 0)} free of ${bytes(n.disk_total_bytes || 0)}`, "disk"],
+    ["disk", `${bar(n.disk_total_bytes ? diskUsed / n.disk_total_bytes : 0)}${bytes(n.disk_free_bytes || 0)} free / ${bytes(n.disk_total_bytes || 0)}`, "disk"],
     ["matrices", bytes(n.matrix_bytes || 0), "matrices"],
     ["RocksDB tables", bytes(n.rocksdb_sst_bytes || 0)],
-    ["block cache", `${bar(n.block_cache_capacity_bytes ? n.block_cache_bytes / n.block_cache_capacity_bytes : 0)}${bytes(n.block_cache_bytes || 0)} of ${bytes(n.block_cache_capacity_bytes || 0)}`, "cache"],
+    ["block cache", `${bar(n.block_cache_capacity_bytes ? n.block_cache_bytes / n.block_cache_capacity_bytes : 0)}${bytes(n.block_cache_bytes || 0)} / ${bytes(n.block_cache_capacity_bytes || 0)}`, "cache"],
     ["block files open", n.open_block_files ?? 0],
     ["block bytes read / written", `${bytes(n.block_bytes_read || 0)} / ${bytes(n.block_bytes_written || 0)}`],
     ["commits (mean latency)", `${n.commits ?? 0} (${num(n.commit_mean_ms)} ms)`],
