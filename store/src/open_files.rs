@@ -44,7 +44,7 @@ impl OpenFiles {
 
     /// Files kept open now.
     pub(crate) fn len(&self) -> usize {
-        self.open.lock().unwrap_or_else(|p| p.into_inner()).files.len()
+        self.lock().files.len()
     }
 
     pub(crate) fn with_cap(cap: usize) -> OpenFiles {
@@ -92,11 +92,6 @@ impl OpenFiles {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.lock().files.len()
     }
 }
 
