@@ -22,10 +22,13 @@ pub(crate) struct ManArgs {
     out: PathBuf,
 }
 
-/// Writes the completion script for `cmd` to stdout.
+/// Writes the completion script for `cmd` to stdout (through `out.rs`,
+/// so a closed stdout ends quietly with 141, as everywhere).
 pub(crate) fn completions(args: CompletionsArgs, mut cmd: clap::Command) {
     let name = cmd.get_name().to_owned();
-    clap_complete::generate(args.shell, &mut cmd, name, &mut std::io::stdout());
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut cmd, name, &mut script);
+    crate::out::stdout(format_args!("{}", String::from_utf8_lossy(&script)));
 }
 
 /// Writes a man page per (visible) command into `args.out`.

@@ -18,18 +18,18 @@ const TOKEN: &str = "dash-token";
 /// `master` and `slave` processes the test starts get the token from the
 /// environment, as a user's do.
 fn node(dir: &std::path::Path) -> (StoreProc, String) {
+    node_with(dir, &[])
+}
+
+/// [`node`] with more `master serve` flags.
+fn node_with(dir: &std::path::Path, extra: &[&str]) -> (StoreProc, String) {
     std::env::set_var("STORE_TOKEN", TOKEN);
-    StoreProc::spawn_with_http(Command::new(env!("CARGO_BIN_EXE_master")).args([
-        "serve",
-        "--data",
-        dir.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--token",
-        TOKEN,
-    ]))
+    let data = dir.to_str().unwrap();
+    StoreProc::spawn_with_http(
+        Command::new(env!("CARGO_BIN_EXE_master"))
+            .args(["serve", "--data", data, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--token", TOKEN])
+            .args(extra),
+    )
 }
 
 use support::{master_ok as master, slave};
@@ -269,26 +269,9 @@ fn over_tls_the_dashboard_port_asks_for_the_nodes_client_certificate_and_the_tok
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
     master("unused:1", &["certs", "--out", certs.to_str().unwrap(), "--host", "127.0.0.1", "--client"]);
-    std::env::set_var("STORE_TOKEN", TOKEN);
     let pem = |name: &str| certs.join(name).to_str().unwrap().to_owned();
-    let data = dir.path().join("data");
-    let (_node, http) = StoreProc::spawn_with_http(Command::new(env!("CARGO_BIN_EXE_master")).args([
-        "serve",
-        "--data",
-        data.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--token",
-        TOKEN,
-        "--tls-cert",
-        &pem("node.pem"),
-        "--tls-key",
-        &pem("node-key.pem"),
-        "--tls-client-ca",
-        &pem("ca.pem"),
-    ]));
+    let tls = ["--tls-cert".into(), pem("node.pem"), "--tls-key".into(), pem("node-key.pem"), "--tls-client-ca".into(), pem("ca.pem")];
+    let (_node, http) = node_with(&dir.path().join("data"), &tls.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(https_metrics(&http, &certs, false, true).is_err(), "no client certificate: refused at the handshake");
     assert_eq!(https_metrics(&http, &certs, true, false), Ok(401), "a certificate without the token");
     assert_eq!(https_metrics(&http, &certs, true, true), Ok(200), "both");
