@@ -2,10 +2,12 @@
 # Installs what the build needs on a fresh Debian machine, once: Debian's
 # RocksDB (linked instead of compiled: 22 s instead of 23 min), OpenBLAS
 # (BLAS + LAPACK), protoc, libclang for bindgen, iproute2 (`ip`, `tc`,
-# `bridge`: the network-namespace tests and ftbag-hosts). Skips what is there.
+# `bridge`: the network-namespace tests and ftbag-hosts), Chromium and
+# chromedriver (the dashboard's browser test, master/tests/dashboard.rs).
+# Skips what is there.
 set -euo pipefail
 need=()
-for pkg in librocksdb-dev libopenblas-dev protobuf-compiler libclang-dev pkg-config build-essential iproute2; do
+for pkg in librocksdb-dev libopenblas-dev protobuf-compiler libclang-dev pkg-config build-essential iproute2 chromium chromium-driver; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then

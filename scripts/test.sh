@@ -19,3 +19,9 @@ if [[ "${CI:-}" == "true" ]] && grep -q "skipped: needs root for network namespa
   echo "test: the network-namespace tier was skipped in CI (it needs root): failing" >&2
   exit 1
 fi
+# Nor may the dashboard's browser test (master/tests/dashboard.rs), which
+# needs the Chromium that setup.sh installs.
+if [[ "${CI:-}" == "true" ]] && grep -q "skipped: needs Chromium" /tmp/ftbag-test.log; then
+  echo "test: the dashboard's browser test was skipped in CI (no Chromium): failing" >&2
+  exit 1
+fi

@@ -147,12 +147,7 @@ impl Client {
     /// over them with its own id; elsewhere, or with `options.local` off,
     /// over TCP (and TLS, when `options.tls` is set).
     pub async fn connect_with(addr: &str, options: &ConnectOptions) -> Result<Client> {
-        let auth = match &options.token {
-            Some(t) => Some(
-                format!("Bearer {t}").parse().map_err(|_| StoreError::InvalidArgument { what: "token is not printable ASCII".into() })?,
-            ),
-            None => None,
-        };
+        let auth = bearer(options.token.as_deref())?;
         let (host, _) = split_host_port(addr)?;
         let scheme = if options.tls.is_some() { "https" } else { "http" };
         let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
@@ -182,6 +177,19 @@ impl Client {
             client.plane = connect_data_plane(&info, addr, options, client.local_calls).await?;
         }
         Ok(client)
+    }
+
+    /// Connects to the gRPC Unix socket of a node on this host (its
+    /// `<data>/rpc.sock`) for control calls only: no data plane, blocks
+    /// over gRPC. For the node's own process (`master serve --http`),
+    /// which reads what `master status` reads without a certificate of
+    /// its own, whatever TLS its TCP ports serve.
+    pub async fn connect_unix(path: &std::path::Path, token: Option<&str>) -> Result<Client> {
+        let auth = bearer(token)?;
+        let channel = unix_channel(path.to_owned()).await?;
+        let shown = path.display().to_string();
+        let options = ConnectOptions { token: token.map(str::to_owned), blocks: BlocksOver::Grpc, ..ConnectOptions::default() };
+        Ok(Client { rpc: rpc_over(channel, Auth(auth)), addr: shown, plane: None, options, local_calls: true })
     }
 
     /// This client with blocks over the gRPC stream RPCs instead of the
@@ -404,6 +412,12 @@ impl Client {
             tls: s.tls,
             refused_connections: s.refused_connections,
         })
+    }
+
+    /// What the node did since it started (commits, aborts, lock waits,
+    /// block bytes) and holds now (sessions, disk, caches).
+    pub async fn node_metrics(&self) -> Result<crate::NodeMetrics> {
+        Ok(self.rpc.clone().metrics(proto::Empty {}).await?.into_inner().into())
     }
 
     /// Test hook (node started with `--test-hooks`): damages a stored block.
@@ -802,17 +816,29 @@ fn first_call_failed(addr: &str, options: &ConnectOptions, e: StoreError) -> Sto
 
 /// The node's service over its Unix socket, for a client on its host;
 /// used only when the node answers there with the id it gave over TCP.
-async fn local_rpc(info: &proto::DataPlaneInfo, auth: Auth) -> Result<Rpc> {
-    let path = std::path::PathBuf::from(&info.rpc_unix_path);
+/// The `authorization` value that carries `token`.
+fn bearer(token: Option<&str>) -> Result<Option<MetadataValue<Ascii>>> {
+    token
+        .map(|t| format!("Bearer {t}").parse().map_err(|_| StoreError::InvalidArgument { what: "token is not printable ASCII".into() }))
+        .transpose()
+}
+
+/// A gRPC channel over the Unix socket at `path`.
+async fn unix_channel(path: std::path::PathBuf) -> Result<Channel> {
+    let shown = path.display().to_string();
     let connector = tower::service_fn(move |_: tonic::transport::Uri| {
         let path = path.clone();
         async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
     });
     // The URI only fills in the requests' :authority; the connector ignores it.
-    let channel = configure(Endpoint::from_static("http://localhost"))
+    configure(Endpoint::from_static("http://localhost"))
         .connect_with_connector(connector)
         .await
-        .map_err(|e| StoreError::StoreUnavailable { what: format!("the node's Unix socket {}: {e}", info.rpc_unix_path) })?;
+        .map_err(|e| StoreError::StoreUnavailable { what: format!("the node's Unix socket {shown}: {e}") })
+}
+
+async fn local_rpc(info: &proto::DataPlaneInfo, auth: Auth) -> Result<Rpc> {
+    let channel = unix_channel(std::path::PathBuf::from(&info.rpc_unix_path)).await?;
     let rpc = rpc_over(channel, auth);
     match data_plane_info(&rpc).await? {
         Some(there) if !info.node_id.is_empty() && there.node_id == info.node_id && there.unix_path == info.unix_path => Ok(rpc),

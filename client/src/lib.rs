@@ -27,6 +27,7 @@ mod client;
 mod connect;
 pub mod dataplane;
 mod error;
+mod metrics;
 mod tls;
 
 /// Generated protobuf types and gRPC stubs; the node's RPC layer uses them
@@ -45,6 +46,7 @@ pub use client::{
 pub use connect::{config_path, load_config_file, ConnectArgs};
 pub use connect::{host_identity, BlocksOver, ConnectOptions};
 pub use error::StoreError;
+pub use metrics::NodeMetrics;
 pub use tls::{ClientTls, ServerTls};
 
 /// The default address of a store node.

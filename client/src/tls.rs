@@ -169,6 +169,15 @@ impl ServerTls {
         TlsAcceptor::from(self.config.clone())
     }
 
+    /// An acceptor for an HTTP/1.1 port (the dashboard's): the same
+    /// certificate and client certificates, offering `http/1.1` by ALPN
+    /// where the gRPC port offers only `h2`.
+    pub fn https_acceptor(&self) -> TlsAcceptor {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        TlsAcceptor::from(Arc::new(config))
+    }
+
     /// Whether clients must present a certificate.
     pub fn is_mutual(&self) -> bool {
         self.client_ca.is_some()

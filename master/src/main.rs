@@ -7,6 +7,7 @@ mod control;
 mod demo;
 mod joblog;
 mod jobs;
+mod manual;
 mod matrix;
 mod node_cmd;
 mod npy;
@@ -15,6 +16,7 @@ mod progress;
 mod serve;
 mod source;
 mod store_args;
+mod web;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -119,6 +121,10 @@ enum Command {
     /// Export a ray-traced image.
     #[command(subcommand)]
     Image(demo::ImageCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(manual::CompletionsArgs),
+    /// Write man pages for master and each subcommand.
+    Man(manual::ManArgs),
 }
 
 #[derive(Subcommand)]
@@ -307,6 +313,11 @@ async fn run(command: Command) -> anyhow::Result<bool> {
             Ok(true)
         }
         Command::Image(cmd) => demo::image(cmd).await.map(|()| true),
+        Command::Completions(args) => {
+            manual::completions(args, with_exit_status(Cli::command()));
+            Ok(true)
+        }
+        Command::Man(args) => manual::man(args, with_exit_status(Cli::command())).map(|()| true),
     }
 }
 

@@ -43,6 +43,13 @@ pub(crate) struct Args {
     /// (mutual TLS), besides the token.
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
+    /// Serve a live dashboard (`/`) and Prometheus metrics (`/metrics`) on
+    /// this address, e.g. 127.0.0.1:7080. Off unless given. It asks for the
+    /// cluster token like the other ports (open the page as
+    /// http://ADDR/?token=TOKEN; scrapers send `Authorization: Bearer
+    /// TOKEN`) and serves TLS, with client certificates, where they do.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
     /// RocksDB block cache size in MiB.
     #[arg(long, default_value_t = 256)]
     cache_mib: usize,
@@ -97,9 +104,27 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     config.node.crash_after_batch = args.crash_after_batch;
     config.node.fail_sync_and_undo = args.fail_sync_and_undo;
     let (tls, token) = (config.tls.is_some(), config.token.is_some());
+    let web = args.http.map(|listen| crate::web::Options {
+        listen,
+        token: config.token.clone(),
+        tls: config.tls.clone(),
+        rpc_socket: args.data.join(store::RPC_SOCKET),
+    });
+    if let Some(w) = &web {
+        if !w.listen.ip().is_loopback() && !token && !args.insecure {
+            anyhow::bail!("refusing to serve --http {} without a cluster token: give --token (or --insecure)", w.listen);
+        }
+    }
     let running = store::start(config).await.context("starting the store node")?;
+    let web = match web {
+        Some(w) => Some(crate::web::start(w).await.context("starting the dashboard (--http)")?),
+        None => None,
+    };
     // A line on stdout that scripts and tests can wait for.
     outln!("listening {}", running.addr());
+    if let Some(addr) = web {
+        outln!("http {addr}");
+    }
     // What a user opens in a firewall and gives clients, at any log level.
     errln!(
         "store node: gRPC on {}, block data plane on {} ({}, {})",
@@ -108,6 +133,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         if tls { "TLS" } else { "plaintext" },
         if token { "token required" } else { "no token" }
     );
+    if let Some(addr) = web {
+        let scheme = if tls { "https" } else { "http" };
+        errln!("dashboard on {scheme}://{addr}/{}, Prometheus metrics on {scheme}://{addr}/metrics", if token { "?token=…" } else { "" });
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let stopped_writing = running.writes_stopped();

@@ -281,6 +281,11 @@ impl Bags {
         self.bags.get(bag).is_none_or(Bag::is_empty)
     }
 
+    /// Every element an action holds: (action, bag, seq), in no order.
+    pub fn held(&self) -> impl Iterator<Item = (ActionId, &str, u64)> + '_ {
+        self.held.iter().flat_map(|(a, els)| els.iter().map(move |(bag, seq)| (*a, bag.as_str(), *seq)))
+    }
+
     /// Names of the bags that hold or held elements.
     pub fn names(&self) -> Vec<String> {
         let mut v: Vec<String> = self.bags.keys().cloned().collect();

@@ -14,6 +14,7 @@ use uuid::Uuid;
 use crate::db::Db;
 use crate::files::Staging;
 use crate::keys::{BlockKey, ObjKey, Tentative};
+use crate::metrics::Metrics;
 use crate::node::Node;
 
 /// Largest block side: a block of 4096² doubles is 128 MiB.
@@ -66,6 +67,11 @@ fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
+/// A block's payload (f64 values) in bytes, as counted in [`Metrics`].
+fn payload_bytes(rows: u32, cols: u32) -> u64 {
+    u64::from(rows) * u64::from(cols) * 8
+}
+
 /// The shape block `(i, j)` must have, or why it cannot exist.
 pub(crate) fn block_shape(m: &MatrixInfo, i: u32, j: u32) -> Result<(u32, u32), StoreError> {
     let b = m.block as u64;
@@ -111,6 +117,12 @@ impl Node {
             None => *matrices.by_name.get(name).ok_or_else(|| StoreError::NotFound { what: format!("matrix {name:?}") })?,
         };
         matrices.by_id.get(&id).cloned().ok_or_else(|| StoreError::NotFound { what: format!("matrix {id}") })
+    }
+
+    /// Bytes of every matrix's blocks once written (see [`matrix_bytes`]).
+    pub(crate) fn matrices_bytes(&self) -> u64 {
+        let matrices = self.matrices.read().unwrap_or_else(|p| p.into_inner());
+        matrices.by_id.values().filter_map(|m| matrix_bytes(&m.name, m.n_rows, m.n_cols, m.block).ok()).sum()
     }
 
     pub(crate) fn list_matrices(&self) -> Vec<MatrixInfo> {
@@ -213,14 +225,14 @@ impl Node {
         f: impl Fn(&Db, Uuid) -> Result<Option<T>, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let m = self.matrix(Some(key.matrix), "")?;
-        block_shape(&m, key.i, key.j)?;
+        let (rows, cols) = block_shape(&m, key.i, key.j)?;
         let mut version = None;
         if let Some(a) = action {
             let k = ObjKey::Block(key);
             self.acquire(a, &k, mode).await?;
             version = self.lookup(a, &k)?.and_then(|t| t.staged_version());
         }
-        match work {
+        let found = match work {
             Work::Inline => find_version(&self.db, key, version, recheck, f),
             Work::Blocking => {
                 let db = self.db.clone();
@@ -228,7 +240,11 @@ impl Node {
                     .await
                     .map_err(|e| StoreError::Storage { what: e.to_string() })?
             }
+        };
+        if found.is_ok() {
+            Metrics::add(&self.metrics.block_bytes_read, payload_bytes(rows, cols));
         }
+        found
     }
 
     /// Writes a block inside `action` under an overwrite lock. `value` is
@@ -339,6 +355,9 @@ impl Node {
     fn stage_put(&self, action: ActionId, key: BlockKey, version: Uuid) -> Result<(), StoreError> {
         match self.set_tentative(action, ObjKey::Block(key), Tentative::Block(version)) {
             Ok(replaced) => {
+                if let Ok((rows, cols)) = self.matrix(Some(key.matrix), "").and_then(|m| block_shape(&m, key.i, key.j)) {
+                    Metrics::add(&self.metrics.block_bytes_written, payload_bytes(rows, cols));
+                }
                 if let Some(old) = replaced {
                     self.db.drop_staged(&[old]);
                 }

@@ -59,6 +59,9 @@ const BLOCKS: &str = "blocks";
 
 pub(crate) struct Db {
     db: Arc<DB>,
+    /// RocksDB's block cache, kept to report its use.
+    cache: Cache,
+    cache_capacity: u64,
     files: Arc<BlockFiles>,
     /// Queue of the group committer; `None` once dropped.
     commits: Option<mpsc::Sender<CommitJob>>,
@@ -182,6 +185,8 @@ impl Db {
             .expect("cannot start the store's commit thread");
         let mut db = Db {
             db: raw,
+            cache,
+            cache_capacity: (cache_mib.max(8) << 20) as u64,
             files,
             commits: Some(tx),
             committer: Some(committer),
@@ -335,6 +340,19 @@ impl Db {
 
     /// The version files, for a put that writes its version in pieces as
     /// they arrive ([`BlockFiles::stage`]).
+    /// RocksDB's block cache: bytes in use and its capacity.
+    pub(crate) fn cache_use(&self) -> (u64, u64) {
+        (self.cache.get_usage() as u64, self.cache_capacity)
+    }
+
+    /// Bytes of RocksDB's table files, all column families.
+    pub(crate) fn sst_bytes(&self) -> u64 {
+        let cf = |name: &str| {
+            self.db.cf_handle(name).and_then(|cf| self.db.property_int_value_cf(&cf, "rocksdb.total-sst-files-size").ok().flatten())
+        };
+        cf(rocksdb::DEFAULT_COLUMN_FAMILY_NAME).unwrap_or(0) + cf(BLOCKS).unwrap_or(0)
+    }
+
     pub(crate) fn files(&self) -> &Arc<BlockFiles> {
         &self.files
     }

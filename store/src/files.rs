@@ -509,6 +509,16 @@ impl BlockFiles {
 
     /// Bytes free for this process on the blocks' filesystem.
     pub(crate) fn free_bytes(&self) -> std::io::Result<u64> {
+        self.disk_space().map(|(free, _)| free)
+    }
+
+    /// Files kept open for reads now (`open_files.rs`).
+    pub(crate) fn n_open(&self) -> usize {
+        self.open.len()
+    }
+
+    /// The blocks' filesystem: bytes free for this process, and its size.
+    pub(crate) fn disk_space(&self) -> std::io::Result<(u64, u64)> {
         use std::os::unix::ffi::OsStrExt;
         let path = std::ffi::CString::new(self.dir.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
         // SAFETY: `path` is a valid C string and `stat` a properly sized
@@ -517,7 +527,7 @@ impl BlockFiles {
         if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(stat.f_bavail as u64 * stat.f_frsize as u64)
+        Ok((stat.f_bavail as u64 * stat.f_frsize as u64, stat.f_blocks as u64 * stat.f_frsize as u64))
     }
 
     /// `StorageFull` unless [`RESERVE_FOR_BATCHES`] bytes are free: checked

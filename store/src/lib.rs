@@ -21,6 +21,7 @@ mod db;
 mod files;
 mod keys;
 mod listen;
+mod metrics;
 mod node;
 mod open_files;
 mod readahead;

@@ -16,6 +16,10 @@ use uuid::Uuid;
 use crate::blocks::Matrices;
 use crate::db::Db;
 use crate::keys::{ObjKey, Tentative};
+use crate::metrics::Metrics;
+
+/// Why a session whose client ended it ended (any other end is a loss).
+pub(crate) const CLOSED_BY_CLIENT: &str = "client closed the session";
 
 /// Tunables of a node.
 #[derive(Clone, Debug)]
@@ -112,6 +116,10 @@ impl Core {
         for a in aborted {
             for id in &a.actions {
                 let q = self.bags.abort(*id, orphaned);
+                // An orphaned element is written back once, to its bag
+                // (its attempt count) or to the dead-letter bag.
+                cleanup.n_orphaned += q.mutations.iter().filter(|m| matches!(m, queue::Mutation::Put { .. })).count() as u64;
+                cleanup.n_dead_lettered += q.dead_lettered.len() as u64;
                 for (bag, d) in &q.dead_lettered {
                     tracing::warn!(bag, seq = d.seq, attempts = d.attempts, "task dead-lettered after repeated orphaning");
                 }
@@ -133,6 +141,9 @@ impl Core {
 struct Cleanup {
     queue: Vec<queue::Mutation>,
     versions: Vec<Uuid>,
+    /// Orphaned queue elements (for [`Metrics`]), and of those the ones dead-lettered.
+    n_orphaned: u64,
+    n_dead_lettered: u64,
 }
 
 /// A store node: objects, actions, bags and sessions.
@@ -141,6 +152,8 @@ pub(crate) struct Node {
     core: Mutex<Core>,
     pub(crate) matrices: RwLock<Matrices>,
     pub(crate) config: NodeConfig,
+    /// What the node did since it started (`master serve --http`).
+    pub(crate) metrics: Metrics,
     /// True once the node is stopping ([`Node::begin_shutdown`]).
     stopping: tokio::sync::watch::Sender<bool>,
 }
@@ -174,7 +187,14 @@ impl Node {
             waiters: HashMap::new(),
             bag_signals: HashMap::new(),
         };
-        Node { db, core: Mutex::new(core), matrices: RwLock::new(matrices), config, stopping: tokio::sync::watch::channel(false).0 }
+        Node {
+            db,
+            core: Mutex::new(core),
+            matrices: RwLock::new(matrices),
+            config,
+            metrics: Metrics::default(),
+            stopping: tokio::sync::watch::channel(false).0,
+        }
     }
 
     /// The node is stopping: every session stream ends (the clients see
@@ -238,13 +258,18 @@ impl Node {
             let n: usize = aborted.iter().map(|a| a.actions.len()).sum();
             tracing::info!(session = session.0, name = s.name, n_aborted = n, "session ended: {why}");
             let cleanup = core.after_abort(aborted, true);
+            if why != CLOSED_BY_CLIENT {
+                Metrics::add(&self.metrics.sessions_lost, 1);
+            }
+            Metrics::add(&self.metrics.tasks_orphaned, cleanup.n_orphaned);
+            Metrics::add(&self.metrics.tasks_dead_lettered, cleanup.n_dead_lettered);
             // Attempt counts are written under the lock: written later, one
             // could land after a commit that deleted the element and bring
             // it back at the next start. Orphanings are rare.
             self.persist_queue(&cleanup.queue);
             cleanup
         };
-        self.clean_up(Cleanup { queue: Vec::new(), versions: cleanup.versions });
+        self.clean_up(Cleanup { versions: cleanup.versions, ..Cleanup::default() });
     }
 
     /// Ends every session whose lease has lapsed.
@@ -284,6 +309,7 @@ impl Node {
             let aborted = core.actions.abort(action).map_err(action_error)?;
             core.after_abort(vec![aborted], false)
         };
+        Metrics::add(&self.metrics.aborts, 1);
         self.clean_up(cleanup);
         Ok(())
     }
@@ -301,13 +327,14 @@ impl Node {
                 core.waiters.remove(&action);
                 drop(core);
                 let versions: Vec<Uuid> = nc.superseded.iter().filter_map(Tentative::staged_version).collect();
-                self.clean_up(Cleanup { queue: Vec::new(), versions });
+                self.clean_up(Cleanup { versions, ..Cleanup::default() });
                 return Ok(());
             }
             let set = core.actions.prepare_commit(action).map_err(action_error)?;
             let q = core.bags.prepare_commit(action);
             (set.writes, q)
         };
+        let started = Instant::now();
         let (writes, q) = prepared;
         let staged: Vec<Uuid> = writes.iter().filter_map(|(_, t)| t.staged_version()).collect();
         // Versions whose puts were answered unsynced are synced here, each
@@ -339,9 +366,16 @@ impl Node {
             core.signal_bags(touched);
             core.waiters.remove(&action);
         }
-        if let Err(e) = &result {
-            tracing::error!(action = action.0, "commit failed, action aborted: {e}");
-            self.clean_up(Cleanup { queue: Vec::new(), versions: staged });
+        match &result {
+            Ok(()) => {
+                Metrics::add(&self.metrics.commits, 1);
+                self.metrics.commit_took(started.elapsed());
+            }
+            Err(e) => {
+                Metrics::add(&self.metrics.commits_failed, 1);
+                tracing::error!(action = action.0, "commit failed, action aborted: {e}");
+                self.clean_up(Cleanup { versions: staged, ..Cleanup::default() });
+            }
         }
         result
     }
@@ -380,12 +414,17 @@ impl Node {
     /// Takes a lock for `action`, waiting up to the lock timeout.
     pub(crate) async fn acquire(&self, action: ActionId, key: &ObjKey, mode: LockMode) -> Result<(), StoreError> {
         let deadline = tokio::time::Instant::now() + self.config.lock_timeout;
+        let mut waited = false;
         loop {
             let mut woken = {
                 let mut core = self.core();
                 match core.actions.lock(action, key.clone(), mode).map_err(action_error)? {
                     Lock::Granted => return Ok(()),
                     Lock::Wait => {
+                        if !waited {
+                            Metrics::add(&self.metrics.lock_waits, 1);
+                            waited = true;
+                        }
                         // Registered before the lock is released, so a wake
                         // in between is not lost; every wait of the action
                         // (it may wait on several keys at once) is woken and
@@ -413,6 +452,7 @@ impl Node {
                 core.actions.cancel_wait_on(action, key);
                 core.actions.check(action).map_err(action_error)?;
                 tracing::warn!(action = action.0, ?key, ?holders, "lock wait timed out");
+                Metrics::add(&self.metrics.lock_timeouts, 1);
                 return Err(StoreError::LockTimeout { action: action.0, what: format!("{key:?}, held by action {}", holders.join(", ")) });
             }
         }
@@ -502,9 +542,32 @@ impl Node {
 }
 
 impl Node {
+    /// [`Metrics`]' counters and the gauges of now: sessions, the disk,
+    /// the caches.
+    pub(crate) fn metrics_snapshot(&self) -> store_client::proto::NodeMetrics {
+        let mut m = self.metrics.snapshot();
+        m.sessions = self.core().sessions.len() as u32;
+        let files = self.db.files();
+        if let Ok((free, total)) = files.disk_space() {
+            (m.disk_free_bytes, m.disk_total_bytes) = (free, total);
+        }
+        m.open_block_files = files.n_open() as u64;
+        (m.block_cache_bytes, m.block_cache_capacity_bytes) = self.db.cache_use();
+        m.rocksdb_sst_bytes = self.db.sst_bytes();
+        m.matrix_bytes = self.matrices_bytes();
+        m
+    }
+
     pub(crate) fn sessions_info(&self) -> Vec<store_client::proto::SessionInfo> {
         let core = self.core();
         let now = Instant::now();
+        // What each session's actions hold of the bags: its current task.
+        let mut held: HashMap<SessionId, Vec<String>> = HashMap::new();
+        for (action, bag, seq) in core.bags.held() {
+            if let Some(s) = core.actions.session_of(action) {
+                held.entry(s).or_default().push(format!("{bag}#{seq}"));
+            }
+        }
         let mut v: Vec<_> = core
             .sessions
             .iter()
@@ -515,6 +578,7 @@ impl Node {
                 age_ms: now.duration_since(s.opened).as_millis() as u64,
                 since_heartbeat_ms: now.duration_since(s.last_seen).as_millis() as u64,
                 n_actions: core.actions.n_actions_of(*id) as u32,
+                tasks: held.remove(id).unwrap_or_default(),
             })
             .collect();
         v.sort_by_key(|s| s.session);

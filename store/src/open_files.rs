@@ -42,6 +42,11 @@ impl OpenFiles {
         OpenFiles::with_cap((raise_descriptor_limit() / 4).min(MOST as u64) as usize)
     }
 
+    /// Files kept open now.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().files.len()
+    }
+
     pub(crate) fn with_cap(cap: usize) -> OpenFiles {
         OpenFiles { cap, open: Mutex::default() }
     }
@@ -87,11 +92,6 @@ impl OpenFiles {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.lock().files.len()
     }
 }
 

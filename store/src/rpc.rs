@@ -200,7 +200,7 @@ impl Store for Rpc {
                 tokio::select! {
                     msg = incoming.message() => match msg {
                         Ok(Some(_)) => if node.heartbeat(id).is_err() { break Some("lease lapsed") },
-                        Ok(None) => break Some("client closed the session"),
+                        Ok(None) => break Some(crate::node::CLOSED_BY_CLIENT),
                         Err(_) => break Some("connection lost"),
                     },
                     _ = &mut ended => break Some("lease lapsed"),
@@ -237,6 +237,10 @@ impl Store for Rpc {
 
     async fn stats(&self, _: Request<proto::Empty>) -> Reply<proto::NodeStats> {
         Ok(Response::new(self.transports.snapshot(self.tls)))
+    }
+
+    async fn metrics(&self, _: Request<proto::Empty>) -> Reply<proto::NodeMetrics> {
+        Ok(Response::new(self.node.metrics_snapshot()))
     }
 
     async fn begin(&self, req: Request<proto::BeginRequest>) -> Reply<proto::BeginReply> {

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+pub mod web;
+
 /// Makes `cmd`'s process get SIGKILL when the test thread that starts it
 /// ends, however it ends. Drops kill the processes a test started; a test
 /// process that dies without them (a crash in a library) would otherwise
@@ -48,6 +50,19 @@ impl StoreProc {
     /// Starts `cmd` (a `master serve` command line, e.g. inside a
     /// namespace host) and waits for its listening line.
     pub fn spawn(cmd: &mut Command) -> StoreProc {
+        Self::spawn_saying(cmd, &[]).0
+    }
+
+    /// [`StoreProc::spawn`] of a `master serve --http ADDR`: also waits
+    /// for its `http ADDR` line and returns that address.
+    pub fn spawn_with_http(cmd: &mut Command) -> (StoreProc, String) {
+        let (node, mut said) = Self::spawn_saying(cmd, &["http "]);
+        (node, said.remove(0))
+    }
+
+    /// Starts `cmd`, reads its listening line and then one line per
+    /// prefix in `then`, each less its prefix.
+    fn spawn_saying(cmd: &mut Command, then: &[&str]) -> (StoreProc, Vec<String>) {
         let mut child = dies_with_test(cmd)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
@@ -55,10 +70,14 @@ impl StoreProc {
             .spawn()
             .expect("spawn master serve");
         let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).expect("read the listening line");
-        let addr = line.trim().strip_prefix("listening ").unwrap_or_else(|| panic!("unexpected: {line:?}")).to_owned();
-        StoreProc { child, addr }
+        let mut said = |prefix: &str| {
+            let mut line = String::new();
+            out.read_line(&mut line).expect("read master serve's stdout");
+            line.trim().strip_prefix(prefix).unwrap_or_else(|| panic!("expected {prefix:?}, got {line:?}")).to_owned()
+        };
+        let addr = said("listening ");
+        let lines = then.iter().map(|p| said(p)).collect();
+        (StoreProc { child, addr }, lines)
     }
 
     pub fn kill9(&mut self) {
