@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use model::{predict, recommend, App, CholeskyCaching, MatmulCaching, MemoryLayout, Options, Params, Prediction, SharedCpu};
+use model::{predict, recommend, App, CholeskyCaching, MatmulCaching, MemoryLayout, Options, Params, Prediction, Preset, SharedCpu};
 use serde_json::json;
 
 use crate::report::Figure;
@@ -297,12 +297,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let params = if args.warm_store { crate::validate_cmd::warm(&params) } else { params };
     let options = if args.this_system {
         let cores = args.cores.unwrap_or_else(crate::validate_cmd::this_machine_cores);
-        let options = crate::validate_cmd::implementation_options(args.slaves, cores);
-        if args.remote_slaves {
-            crate::validate_cmd::across_hosts(options)
-        } else {
-            options
-        }
+        let preset = if args.remote_slaves { Preset::ThisImplementationAcrossHosts } else { Preset::ThisImplementation };
+        preset.options(args.slaves, cores)
     } else {
         Options {
             slaves: args.slaves,

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use model::{predict, App, Params};
+use model::{predict, App, Options, Params};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
@@ -34,7 +34,7 @@ use serde_json::json;
 use crate::cluster::{Cluster, ClusterConfig};
 use crate::params_cmd::median;
 use crate::report::Figure;
-use crate::validate_cmd::{implementation_options, this_machine_cores, warm};
+use crate::validate_cmd::{this_machine_cores, warm};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -71,7 +71,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let kills = args.kills.unwrap_or(if args.quick { 3 } else { 12 });
     let slaves = 2u64;
     let cores = this_machine_cores();
-    let options = implementation_options(slaves, cores);
+    let options = Options::implementation(slaves, cores);
 
     let started = Instant::now();
     let mut c = Cluster::start(ClusterConfig { slaves: slaves as usize, ..ClusterConfig::default() })?;

@@ -115,14 +115,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use model::{predict, App, Options, Params, Prediction, SharedCpu, Variant};
+use model::{predict, App, Options, Params, Prediction, Variant};
 use serde_json::json;
 
 use crate::cluster::{cpu_seconds, on_host, Cluster, ClusterConfig, HostsPlacement, JobResult, Placement};
 use crate::params_cmd::{RAY_LEVEL, RAY_SAMPLES};
 use crate::report::Figure;
+use job_record::TaskTimes;
 use replay::ModelInput;
-use slave::record::TaskTimes;
 
 mod replay;
 
@@ -246,45 +246,6 @@ pub(crate) fn this_machine_cores() -> u64 {
     std::thread::available_parallelism().map_or(2, |n| n.get() as u64)
 }
 
-/// The model's options for this implementation with `s` slaves and the
-/// store node on one machine of `cores` cores (the module docs list what
-/// each stands for). Matmul, Cholesky and LU tasks announce their blocks
-/// and the slave prefetches 2 MiB of them, at least one block, ahead while
-/// computing (§5.5.2, within a task). Every app's slave writes its output
-/// behind the next task, ray tracing's grains too (a part of the slave's
-/// overlap in the model: until 2026-11-27 ray tracing had none, and each
-/// grain's write and sync stood in its task's time), and a grain's pixels
-/// go in its commit (`Options::pixels_in_commit`).
-pub(crate) fn implementation_options(s: u64, cores: u64) -> Options {
-    Options {
-        shared_cpu: Some(SharedCpu { cores, store_share: 1.0 }),
-        slave_overlap: true,
-        slave_overlap_share: model::ONE_BLOCK_AHEAD_OF_PAIRS,
-        slave_prefetch_bytes: model::SLAVE_PREFETCH_BYTES,
-        prefetch_within_task: true,
-        fused_update: true,
-        write_behind: true,
-        slave_reads: true,
-        diagonal_syrk: true,
-        lu_parallel_solves: true,
-        simulate_dag: true,
-        simulate_steps: true,
-        pixel_bytes: model::IMPLEMENTATION_PIXEL_BYTES,
-        pixels_in_commit: true,
-        ending_shares_cores: true,
-        ..Options::with_slaves(s)
-    }
-}
-
-/// [`implementation_options`] with the slaves on other hosts than the
-/// store node's (`--hosts`): every block crosses the store's link
-/// (`Options::remote_slaves`), none is read from the node's files, and the
-/// node serves many requests at once, each transfer's link time beside
-/// the others' disk and requests (server double buffering, §5.5.1).
-pub(crate) fn across_hosts(options: Options) -> Options {
-    Options { remote_slaves: true, slave_reads: false, server_double_buffer: true, ..options }
-}
-
 /// The error a grid point is judged against: |measured − predicted| at
 /// most this share of measured.
 const TARGET_ERROR: f64 = 0.10;
@@ -341,7 +302,7 @@ fn kernels_alone(app: App, n: u64, b: u64, params: &Params) -> anyhow::Result<f6
         return Ok(0.0);
     }
     let p = Params { kernels: params.kernels.clone(), ..thesis_params(params).with_free_transfers() };
-    let opts = Options { shared_cpu: None, slave_overlap: false, ..implementation_options(1, 1) };
+    let opts = Options { shared_cpu: None, slave_overlap: false, ..Options::implementation(1, 1) };
     Ok(predict(app, n, b, &p, &opts)?.t1)
 }
 
@@ -645,9 +606,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     // Kernels as `SCHED_IDLE` give way to the endings' threads.
     let kernels_give_way = args.slave_compute == slave::compute::ComputePriority::Idle;
     let ext_opts_for = |s: u64| {
-        let o = Options { ending_shares_cores: !kernels_give_way, ..implementation_options(s, cores) };
+        let o = Options { ending_shares_cores: !kernels_give_way, ..Options::implementation(s, cores) };
         if args.hosts.is_some() {
-            across_hosts(o)
+            o.across_hosts()
         } else {
             o
         }

@@ -71,7 +71,7 @@ pub use cholesky::Variant;
 pub use corun::Corun;
 pub use curves::{Kernel, KernelCurves};
 pub use error::{ModelError, ParamsError};
-pub use options::{CholeskyCaching, MatmulCaching, Options, SharedCpu, ENDING_THREADS};
+pub use options::{CholeskyCaching, MatmulCaching, Options, Preset, SharedCpu, ENDING_THREADS};
 pub use params::{
     Bsp, Params, Piecewise, ELEMENT_BYTES, IMPLEMENTATION_PIXEL_BYTES, MB, MFLOP, ONE_BLOCK_AHEAD_OF_PAIRS, PIXEL_BYTES,
     SLAVE_PREFETCH_BYTES, THESIS_RAY_PIXEL_RATE,

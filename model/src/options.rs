@@ -269,10 +269,77 @@ impl Default for Options {
 /// node's thread serving it ([`Options::ending_shares_cores`]).
 pub const ENDING_THREADS: f64 = 2.0;
 
+/// The option sets that are used together, by name. Every validated
+/// figure was taken with one of them; the switches stay public so that a
+/// study can turn one off at a time (`bench model`'s flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    /// The source thesis's model: its equations and nothing else
+    /// ([`Options::default`]).
+    Source,
+    /// This implementation with the store node and the slaves on one
+    /// machine ([`Options::implementation`]).
+    ThisImplementation,
+    /// This implementation with the slaves on other hosts than the store
+    /// node's ([`Options::across_hosts`]).
+    ThisImplementationAcrossHosts,
+}
+
+impl Preset {
+    /// The preset's options with `slaves` slaves; `cores` is the store
+    /// node's machine's (unused by [`Preset::Source`]).
+    pub fn options(self, slaves: u64, cores: u64) -> Options {
+        match self {
+            Preset::Source => Options::with_slaves(slaves),
+            Preset::ThisImplementation => Options::implementation(slaves, cores),
+            Preset::ThisImplementationAcrossHosts => Options::implementation(slaves, cores).across_hosts(),
+        }
+    }
+}
+
 impl Options {
     /// Default options with `s` slaves.
     pub fn with_slaves(slaves: u64) -> Self {
         Self { slaves, ..Self::default() }
+    }
+
+    /// This implementation with `slaves` slaves and the store node on one
+    /// machine of `cores` cores. Matmul, Cholesky and LU tasks announce
+    /// their blocks and the slave prefetches [`crate::SLAVE_PREFETCH_BYTES`]
+    /// of them (at least one block) ahead while computing (§5.5.2, within
+    /// a task); updates accumulate inside dgemm/dsyrk; every app writes
+    /// its output behind the next task, ray tracing's grains too, and a
+    /// grain's pixels go in its commit; slaves read version files
+    /// themselves; Cholesky's diagonal uses dsyrk; LU solves below the
+    /// diagonal in parallel; dags and barrier steps are simulated.
+    pub fn implementation(slaves: u64, cores: u64) -> Self {
+        Self {
+            shared_cpu: Some(SharedCpu { cores, store_share: 1.0 }),
+            slave_overlap: true,
+            slave_overlap_share: crate::ONE_BLOCK_AHEAD_OF_PAIRS,
+            slave_prefetch_bytes: crate::SLAVE_PREFETCH_BYTES,
+            prefetch_within_task: true,
+            fused_update: true,
+            write_behind: true,
+            slave_reads: true,
+            diagonal_syrk: true,
+            lu_parallel_solves: true,
+            simulate_dag: true,
+            simulate_steps: true,
+            pixel_bytes: crate::IMPLEMENTATION_PIXEL_BYTES,
+            pixels_in_commit: true,
+            ending_shares_cores: true,
+            ..Self::with_slaves(slaves)
+        }
+    }
+
+    /// These options with the slaves on other hosts than the store node's:
+    /// every block crosses the store's link ([`Options::remote_slaves`]),
+    /// none is read from the node's files, and the node serves many
+    /// requests at once, each transfer's link time beside the others' disk
+    /// and requests (server double buffering, §5.5.1).
+    pub fn across_hosts(self) -> Self {
+        Self { remote_slaves: true, slave_reads: false, server_double_buffer: true, ..self }
     }
 
     /// The share of a slave's reads that overlap its compute with blocks

@@ -151,7 +151,7 @@ mod tests {
     use super::*;
 
     fn row(app: App, n: u64, b: u64, s: u64, params: &Params, measured: f64) -> Value {
-        let options = crate::validate_cmd::implementation_options(s, 2);
+        let options = Options::implementation(s, 2);
         let predicted = predict(app, n, b, params, &options).unwrap().predicted;
         json!({"app": "x", "n": n, "b": b, "slaves": s, "measured": measured, "predicted": predicted, "ok": true,
                "model_input": ModelInput::new(app, params, &options)})
