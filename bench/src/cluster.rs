@@ -44,7 +44,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use slave::record::{self, JobRecord, TaskDone, TaskTimes};
+use job_record::{self as record, JobRecord, TaskDone, TaskTimes};
 use store_client::{Client, ConnectOptions};
 use uuid::Uuid;
 

@@ -94,7 +94,7 @@ pub struct TaskDone {
     #[serde(default)]
     pub kernel_us: u64,
     /// Microseconds the task's thread was runnable but waited for a core
-    /// ([`crate::core_wait`]).
+    /// (the slave's `core_wait`).
     #[serde(default)]
     pub core_wait_us: u64,
     /// Microseconds the task's thread waited for its block reads

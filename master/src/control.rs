@@ -2,7 +2,7 @@
 //! holds (its matrices may not be removed or replaced under it).
 //!
 //! A job's end is a small object under `jobstate/<id>/` (see
-//! `slave::record`); slaves read the job's failure flag at every task's
+//! `job_record`); slaves read the job's failure flag at every task's
 //! start and skip every job with an end. So a cancel writes a failure
 //! record beside its cancel record (slaves stop at their next task) and
 //! drains its bags in actions; a retry moves the dead-lettered tasks back
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use apps::job::JobSpec;
-use slave::record::{self, Cancelled, Failure, JobRecord};
+use job_record::{self as record, Cancelled, Failure, JobRecord};
 use store_client::{Client, Dequeue};
 use uuid::Uuid;
 

@@ -5,7 +5,7 @@
 //! failure.
 
 use anyhow::Context;
-use slave::record::{self, TaskDone, TaskFailure};
+use job_record::{self as record, TaskDone, TaskFailure};
 use store_client::Client;
 use uuid::Uuid;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use apps::job::{output_shapes, plan, AppRequest, CholeskyVariant, JobSpec, LuSchedule, PivotRule};
-use slave::record::{self, Cancelled, Failure, JobRecord, TaskDone, TaskTimes};
+use job_record::{self as record, Cancelled, Failure, JobRecord, TaskDone, TaskTimes};
 use store_client::Client;
 use uuid::Uuid;
 

@@ -12,8 +12,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use job_record::{self as record, JobRecord, TaskDone};
 use rand::{Rng, SeedableRng};
-use slave::record::{self, JobRecord, TaskDone};
 use store_client::{BlockData, Client};
 use support::{create_kind, kill_child, master, master_ok, runtime, slave, StoreProc};
 use uuid::Uuid;

@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use job_record::{self as record, TaskDone};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use slave::record::{self, TaskDone};
 use store_client::{Client, ClientTls, ConnectOptions, NodeStats, StoreError};
 use support::{dies_with_test, kill_child, run_slaves_with_kill_points_by, runtime, slave_exe, wait_for, StoreProc};
 use uuid::Uuid;

@@ -46,7 +46,7 @@ fn run_with_kills(store: &str, out: &str, n_slaves: usize, kills: usize, seed: u
     let c = rt.block_on(Client::connect(store, None)).unwrap();
     let ended = || {
         let peek = |k: String| rt.block_on(c.peek_small(&k)).unwrap().is_some();
-        peek(slave::record::finished_key(id)) || peek(slave::record::failed_key(id))
+        peek(job_record::finished_key(id)) || peek(job_record::failed_key(id))
     };
     let made = support::run_slaves_with_kill_points(store, n_slaves, kills, seed, ended);
     master_ok(store, &["wait", &job]);
@@ -82,7 +82,7 @@ fn ten_slave_kills_leave_the_product_bit_identical_and_every_task_committed_once
             assert_eq!(done.len(), 100, "every task has its record");
             let mut redone = 0;
             for (k, v) in done {
-                let d: slave::record::TaskDone = serde_json::from_slice(&v).unwrap();
+                let d: job_record::TaskDone = serde_json::from_slice(&v).unwrap();
                 assert_eq!(d.count, 1, "{k} committed {} times", d.count);
                 redone += usize::from(d.attempts > 0);
             }
@@ -131,7 +131,7 @@ fn a_job_runs_to_the_end_without_the_cli_and_a_new_cli_sees_it() {
     });
     assert_eq!(done.len(), 16, "every task has its record");
     for (k, v) in done {
-        let d: slave::record::TaskDone = serde_json::from_slice(&v).unwrap();
+        let d: job_record::TaskDone = serde_json::from_slice(&v).unwrap();
         assert!(d.start_us > 0, "{k}: no time from its begin to its dequeue's answer");
     }
     // And how long, once computed, they waited for the previous ending.

@@ -1,5 +1,4 @@
-//! The stateless slave (DESIGN §6) and the job records it shares with the
-//! master.
+//! The stateless slave (DESIGN §6).
 //!
 //! A slave loops: begin a top-level action, dequeue a task from the current
 //! bag of the oldest running job, run it with [`apps::job::run_task`]
@@ -12,7 +11,9 @@ pub mod compute;
 pub mod core_wait;
 mod ctx;
 pub mod kill_point;
-pub mod record;
 mod worker;
+
+// The schema the master writes and slaves follow (`job-record`).
+use job_record as record;
 
 pub use worker::{run, start_task, FlagRead, SlaveConfig, Taken};

@@ -7,8 +7,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
+use job_record as record;
 use serde::Serialize;
-use slave::record;
 use store_client::{Client, NodeMetrics};
 use uuid::Uuid;
 
