@@ -20,3 +20,8 @@ if ! command -v cargo >/dev/null; then
   echo "setup: cargo is missing; install Rust (https://rustup.rs) and rerun" >&2
   exit 1
 fi
+# The test command checks formatting and lints: a rustup toolchain's
+# minimal profile lacks both.
+if command -v rustup >/dev/null && ! { cargo fmt --version && cargo clippy --version; } >/dev/null 2>&1; then
+  rustup component add rustfmt clippy >/dev/null 2>&1 || echo "setup: could not add rustfmt/clippy" >&2
+fi

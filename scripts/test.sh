@@ -11,6 +11,13 @@ if cargo fmt --version >/dev/null 2>&1; then
 else
   echo "test: rustfmt is not installed; formatting not checked" >&2
 fi
+# Lints are part of passing too, warnings included; skipped, saying so,
+# where the toolchain has no clippy.
+if cargo clippy --version >/dev/null 2>&1; then
+  cargo clippy --workspace --all-targets -- -D warnings
+else
+  echo "test: clippy is not installed; lints not checked" >&2
+fi
 cargo build --workspace --all-targets
 cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/ftbag-test.log
 # A tier that must run in CI may not pass by skipping: the namespace tier
