@@ -58,16 +58,16 @@ impl BlockHeader {
 /// explained). A warm local get reads and checks each block, so this is a
 /// large part of its time.
 pub fn checksum(payload: &[u8]) -> u32 {
-    crate::checksum::xxh3_64(payload) as u32
+    block_checksum::xxh3_64(payload) as u32
 }
 
 /// [`checksum`] over a payload that arrives in pieces.
 #[derive(Default)]
-pub struct Checksum(crate::checksum::Xxh3);
+pub struct Checksum(block_checksum::Xxh3);
 
 impl Checksum {
     pub fn new() -> Self {
-        Checksum(crate::checksum::Xxh3::new())
+        Checksum(block_checksum::Xxh3::new())
     }
 
     pub fn update(&mut self, piece: &[u8]) {

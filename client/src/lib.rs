@@ -20,9 +20,7 @@
 //! # Ok(()) }
 //! ```
 
-mod alloc;
 pub mod block;
-pub mod checksum;
 mod client;
 mod connect;
 pub mod dataplane;
@@ -37,7 +35,6 @@ pub mod proto {
     tonic::include_proto!("store.v1");
 }
 
-pub use alloc::{reuse_block_buffers, BlockAllocator};
 pub use client::{
     Action, BagStats, BlockData, BlockReader, BlockWriter, Client, Dequeue, MatrixInfo, NodeStats, Session, Task, CHUNK_BYTES,
     MAX_FRAME_BYTES, MAX_MESSAGE_BYTES,

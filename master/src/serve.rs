@@ -88,7 +88,7 @@ fn exit_now(failed: bool) -> ! {
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
-    store_client::reuse_block_buffers();
+    block_alloc::reuse_block_buffers();
     let mut config = store::Config::new(args.data.clone(), args.listen);
     config.data_listen = args.data_listen;
     config.token = args.token;

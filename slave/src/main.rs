@@ -10,7 +10,7 @@ mod supervise;
 /// Blocks get mappings of their own, reused by size: the slave's peak RSS
 /// is the blocks it holds at once, not what heap fragmentation adds.
 #[global_allocator]
-static ALLOCATOR: store_client::BlockAllocator = store_client::BlockAllocator::new();
+static ALLOCATOR: block_alloc::BlockAllocator = block_alloc::BlockAllocator::new();
 
 #[derive(Parser)]
 #[command(name = "slave", version, about = "A stateless worker of the fault-tolerant bag of tasks")]
@@ -74,7 +74,7 @@ fn main() -> anyhow::Result<()> {
     // Settings file first: the environment and flags override it.
     store_client::load_config_file()?;
     apps::kernels::use_fast_blas_kernels();
-    store_client::reuse_block_buffers();
+    block_alloc::reuse_block_buffers();
     // One slave per core: BLAS must not spawn threads of its own. OpenBLAS
     // read OPENBLAS_NUM_THREADS when it was loaded, before main: an unset
     // variable meant "all cores", so the count is set through its API.

@@ -36,7 +36,7 @@ struct Rates {
 }
 
 pub(super) fn run(args: &Args) -> anyhow::Result<()> {
-    store_client::reuse_block_buffers();
+    block_alloc::reuse_block_buffers();
     let bin = bin_dir()?;
     let mib = args.mib.unwrap_or(if args.quick { 64 } else { 256 });
     let reps = args.reps.unwrap_or(if args.quick { 1 } else { 2 }).max(1);

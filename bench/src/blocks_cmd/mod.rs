@@ -165,7 +165,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     // This process is both the store node and its client: tune malloc as
     // `master serve` and `slave` do, so the figure is the deployed one.
     // The raw side runs in the same process with the same allocator.
-    store_client::reuse_block_buffers();
+    block_alloc::reuse_block_buffers();
     let mib = args.mib.unwrap_or(if args.quick { 96 } else { 512 });
     let reps = args.reps.unwrap_or(if args.quick { 1 } else { 2 }).max(1);
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());

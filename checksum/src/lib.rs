@@ -1,19 +1,19 @@
 //! XXH3-64 (seed 0, default secret), the hash behind a block's checksum
-//! (`block::checksum`: its low 32 bits), whole or over pieces.
+//! (`store_client::block::checksum`: its low 32 bits), whole or over pieces.
 //!
-//! Why not CRC-32C, which blocks carried until 2026-11-27: a warm local
-//! get reads each block and checks it, and the check was a quarter of the
-//! get's time. On this project's machine (AMD EPYC, AVX-512), per 512 KiB
-//! already in L2: CRC-32C through `crc-fast`'s carry-less multiply kernels
-//! 7.8–8.1 µs, XXH3 here 4.7; the `xxhash-rust` crate's own XXH3 14.4–14.9,
-//! because it picks its SIMD kernel when it is compiled, and a portable
-//! build gets SSE2 (4.2 µs built for this CPU alone). So the long-input
-//! loop is here, with its kernel picked at run time (AVX-512, AVX2, or
-//! portable code), and `xxhash-rust` hashes short inputs and is the
-//! reference the tests hold this module to. XXH3 catches a corrupted block
-//! as surely for this purpose (a random change passes a 32-bit check with
-//! probability 2⁻³²) and is a published format: `xxhsum -H3` on a version
-//! file's payload prints the 64 bits whose low half the header holds.
+//! Why not CRC-32C, which blocks carried before (docs/CHANGELOG.md): a
+//! warm local get reads each block and checks it, and the CRC was a
+//! quarter of the get's time. XXH3 with AVX-512 or AVX2 hashes a block
+//! several times faster than CRC-32C's carry-less multiply kernels, and
+//! `xxhash-rust`'s own XXH3 picks its SIMD kernel when it is compiled, so
+//! a portable build gets SSE2 at a third of the speed (PERFORMANCE.md has
+//! the figures). So the long-input loop is here, with its kernel picked at
+//! run time (AVX-512, AVX2, or portable code), and `xxhash-rust` hashes
+//! short inputs and is the reference the tests hold this module to. XXH3
+//! catches a corrupted block as surely for this purpose (a random change
+//! passes a 32-bit check with probability 2⁻³²) and is a published
+//! format: `xxhsum -H3` on a version file's payload prints the 64 bits
+//! whose low half the header holds.
 
 const P32_1: u64 = 0x9E37_79B1;
 const P32_2: u64 = 0x85EB_CA77;
