@@ -93,6 +93,22 @@ pub enum Dequeue {
     NoneAvailable,
 }
 
+/// An open session, as `Client::list_sessions` reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionInfo {
+    pub session: u64,
+    /// The name the client opened it with (a slave's `--name`).
+    pub client_name: String,
+    /// The client's address as the node saw it.
+    pub peer: String,
+    pub age_ms: u64,
+    pub since_heartbeat_ms: u64,
+    /// Actions open in it.
+    pub n_actions: u32,
+    /// The queue elements its actions hold: "bag#seq".
+    pub tasks: Vec<String>,
+}
+
 /// A node's connections by the way they came in, since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NodeStats {
@@ -397,8 +413,22 @@ impl Client {
         Ok(r.elements.into_iter().map(task_from).collect())
     }
 
-    pub async fn list_sessions(&self) -> Result<Vec<proto::SessionInfo>> {
-        Ok(self.rpc.clone().list_sessions(proto::Empty {}).await?.into_inner().sessions)
+    /// The node's open sessions.
+    pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
+        let list = self.rpc.clone().list_sessions(proto::Empty {}).await?.into_inner();
+        Ok(list
+            .sessions
+            .into_iter()
+            .map(|s| SessionInfo {
+                session: s.session,
+                client_name: s.client_name,
+                peer: s.peer,
+                age_ms: s.age_ms,
+                since_heartbeat_ms: s.since_heartbeat_ms,
+                n_actions: s.n_actions,
+                tasks: s.tasks,
+            })
+            .collect())
     }
 
     /// The node's connections by transport since it started.

@@ -5,9 +5,8 @@ use std::sync::Arc;
 
 use actions::{ActionId, LockMode};
 use bytes::Bytes;
-use prost::Message;
 use store_client::block::{self, BlockHeader, HEADER_LEN};
-use store_client::{proto, MatrixInfo, StoreError};
+use store_client::{MatrixInfo, StoreError};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use uuid::Uuid;
 
@@ -31,9 +30,9 @@ impl Matrices {
     pub(crate) fn load(records: Vec<Vec<u8>>) -> Matrices {
         let mut m = Matrices::default();
         for r in records {
-            match proto::MatrixInfo::decode(&r[..]).map_err(|_| ()).and_then(|p| MatrixInfo::try_from(p).map_err(|_| ())) {
+            match crate::matrix_record::decode(&r) {
                 Ok(info) => m.insert(info),
-                Err(()) => tracing::error!("skipping an unreadable matrix record"),
+                Err(why) => tracing::error!("skipping an unreadable matrix record: {why}"),
             }
         }
         m
@@ -104,8 +103,7 @@ impl Node {
             return Err(StoreError::AlreadyExists { what: format!("matrix {name:?}") });
         }
         let info = MatrixInfo { id: Uuid::new_v4(), name: name.to_owned(), n_rows, n_cols, block };
-        let record = proto::MatrixInfo { id: info.id.as_bytes().to_vec().into(), name: info.name.clone(), n_rows, n_cols, block };
-        self.db.put_matrix(info.id, name, &record.encode_to_vec())?;
+        self.db.put_matrix(info.id, name, &crate::matrix_record::encode(&info))?;
         matrices.insert(info.clone());
         Ok(info)
     }

@@ -21,6 +21,7 @@ mod db;
 mod files;
 mod keys;
 mod listen;
+mod matrix_record;
 mod metrics;
 mod node;
 mod open_files;
