@@ -35,6 +35,10 @@ use crate::transports::Transports;
 /// A client that connects must say hello within this.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a stopping node waits for the requests its connections are
+/// serving to be answered before it drops them.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
 #[derive(Debug, thiserror::Error)]
 enum ConnError {
     #[error("{0}")]
@@ -46,7 +50,10 @@ enum ConnError {
 }
 
 /// Accepts data-plane connections (TCP, and Unix if `unix` is given) until
-/// the task is aborted, which also ends every connection it started.
+/// `stop` changes (or its sender is dropped). Then each connection answers
+/// the request it is serving and closes, within [`STOP_GRACE`]: a commit
+/// whose failure stopped the node is answered with that failure, not a
+/// closed connection. Aborting the task ends every connection at once.
 pub(crate) async fn serve(
     tcp: TcpListener,
     unix: Option<UnixListener>,
@@ -54,11 +61,13 @@ pub(crate) async fn serve(
     token: Option<String>,
     tls: Option<TlsAcceptor>,
     transports: Arc<Transports>,
+    stop: tokio::sync::watch::Receiver<()>,
 ) {
+    let mut stopping = stop.clone();
     let token: Arc<[u8]> = token.unwrap_or_default().into_bytes().into();
     let mut connections = JoinSet::new();
     let spawn = |connections: &mut JoinSet<()>, s: Incoming, peer: String| {
-        let (node, token, tls, transports) = (node.clone(), token.clone(), tls.clone(), transports.clone());
+        let (node, token, tls, transports, stop) = (node.clone(), token.clone(), tls.clone(), transports.clone(), stop.clone());
         connections.spawn(async move {
             let served = async {
                 let s = match (s, tls) {
@@ -68,7 +77,7 @@ pub(crate) async fn serve(
                     (Incoming::Tcp(s), None) => Box::new(s),
                     (Incoming::Unix(s), _) => s,
                 };
-                connection(s, &node, &token).await
+                connection(s, &node, &token, stop).await
             };
             if let Err(e) = served.await {
                 if matches!(e, ConnError::Refused(_) | ConnError::Wire(_)) {
@@ -104,7 +113,12 @@ pub(crate) async fn serve(
                 Err(e) => accept_failed(e).await,
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = stopping.changed() => break,
         }
+    }
+    let drained = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(STOP_GRACE, drained).await.is_err() {
+        tracing::warn!("data plane: requests still running {STOP_GRACE:?} after the stop; dropping them");
     }
 }
 
@@ -138,7 +152,7 @@ async fn accept_failed(e: std::io::Error) {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
-async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(), ConnError> {
+async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8], mut stop: tokio::sync::watch::Receiver<()>) -> Result<(), ConnError> {
     tokio::time::timeout(HELLO_TIMEOUT, hello(&mut s, token)).await.map_err(|_| ConnError::Refused("no hello in time".into()))??;
     // The pipe a local client's spliced puts take (`Op::Pipe`).
     let mut pipe: Option<PipeReader> = None;
@@ -152,10 +166,18 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8]) -> Result<(),
         let mut head = [0u8; REQUEST_LEN];
         // On a Unix socket a request may carry a descriptor (`Op::Pipe`'s);
         // any other request's are dropped (closed) here.
-        let read = match s.unix() {
-            // Never polled: the next request may be long in coming.
-            Some(unix) => fdpass::recv_with_fds(unix, &mut head, Duration::ZERO).await,
-            None => s.read_exact(&mut head).await.map(|_| Vec::new()),
+        let next = async {
+            match s.unix() {
+                // Never polled: the next request may be long in coming.
+                Some(unix) => fdpass::recv_with_fds(unix, &mut head, Duration::ZERO).await,
+                None => s.read_exact(&mut head).await.map(|_| Vec::new()),
+            }
+        };
+        // A stopping node takes no new request; the one being served
+        // was answered above.
+        let read = tokio::select! {
+            read = next => read,
+            _ = stop.changed() => return Ok(()),
         };
         let mut fds = match read {
             Ok(fds) => fds,

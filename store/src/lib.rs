@@ -186,6 +186,9 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     let (unix_path, unix_listener) = bind_unix(&config.data.join(DATA_SOCKET), "local block transfers").unzip();
     let (rpc_unix_path, rpc_unix_listener) = bind_unix(&config.data.join(RPC_SOCKET), "local clients' calls").unzip();
     let transports = Arc::new(transports::Transports::default());
+    // At shutdown the session streams end first: the servers' graceful
+    // shutdown waits for them. The data plane answers what it is serving.
+    let (stop, stopped) = watch::channel(());
     let data_plane = tokio::spawn(dataplane::serve(
         data_listener,
         unix_listener,
@@ -193,11 +196,9 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
         config.token.clone(),
         config.tls.as_ref().map(ServerTls::acceptor),
         transports.clone(),
+        stopped.clone(),
     ));
     let reaper = spawn_reaper(node.clone());
-    // At shutdown the session streams end first: the servers' graceful
-    // shutdown waits for them.
-    let (stop, stopped) = watch::channel(());
     tokio::spawn({
         let (node, mut stopped) = (node.clone(), stopped.clone());
         async move {
@@ -259,7 +260,6 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
         };
         let (r, local) = tokio::join!(server, local);
         reaper.abort();
-        data_plane.abort();
         let _ = data_plane.await;
         if let Err(e) = db.flush() {
             tracing::warn!("flush at shutdown failed (the WAL still has everything): {e}");
