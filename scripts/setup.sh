@@ -20,3 +20,15 @@ if ! command -v cargo >/dev/null; then
   echo "setup: cargo is missing; install Rust (https://rustup.rs) and rerun" >&2
   exit 1
 fi
+# Fuzzing (scripts/fuzz.sh sets FUZZ=1): the nightly toolchain and
+# cargo-fuzz. The ordinary suite needs neither: it replays the corpus.
+if [[ "${FUZZ:-}" == "1" ]]; then
+  if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    echo "setup: installing the nightly toolchain for fuzzing" >&2
+    rustup toolchain install nightly --profile minimal
+  fi
+  if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "setup: installing cargo-fuzz" >&2
+    cargo install cargo-fuzz --locked
+  fi
+fi

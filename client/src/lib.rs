@@ -39,7 +39,7 @@ pub mod proto {
 
 pub use alloc::{reuse_block_buffers, BlockAllocator};
 pub use client::{
-    Action, BagStats, BlockData, BlockReader, BlockWriter, Client, Dequeue, MatrixInfo, NodeStats, Session, Task, CHUNK_BYTES,
+    Action, BagStats, BlockData, BlockReader, BlockWriter, Client, Dequeue, MatrixInfo, NodeBackup, NodeStats, Session, Task, CHUNK_BYTES,
     MAX_FRAME_BYTES, MAX_MESSAGE_BYTES,
 };
 #[cfg(feature = "cli")]
