@@ -82,7 +82,8 @@ pub(crate) fn read_header(f: &mut File) -> Result<NpyLayout, NpyError> {
     let data_offset = (prefix + len) as u64;
     // A shape whose bytes overflow 64 bits (fuzzing found the overflow:
     // a panic in a debug build, a wrapped size in a release build).
-    let need = rows.checked_mul(cols).and_then(|n| n.checked_mul(8)).ok_or_else(|| NpyError::Header(format!("shape ({inner}) is too large")))?;
+    let need =
+        rows.checked_mul(cols).and_then(|n| n.checked_mul(8)).ok_or_else(|| NpyError::Header(format!("shape ({inner}) is too large")))?;
     let got = f.metadata()?.len().saturating_sub(data_offset);
     if got != need {
         return Err(NpyError::Size { rows, cols, need, got });
