@@ -25,3 +25,15 @@ fi
 if command -v rustup >/dev/null && ! { cargo fmt --version && cargo clippy --version; } >/dev/null 2>&1; then
   rustup component add rustfmt clippy >/dev/null 2>&1 || echo "setup: could not add rustfmt/clippy" >&2
 fi
+# Fuzzing (scripts/fuzz.sh sets FUZZ=1): the nightly toolchain and
+# cargo-fuzz. The ordinary suite needs neither: it replays the corpus.
+if [[ "${FUZZ:-}" == "1" ]]; then
+  if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    echo "setup: installing the nightly toolchain for fuzzing" >&2
+    rustup toolchain install nightly --profile minimal
+  fi
+  if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "setup: installing cargo-fuzz" >&2
+    cargo install cargo-fuzz --locked
+  fi
+fi

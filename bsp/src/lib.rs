@@ -46,3 +46,35 @@ pub use bsplib::{Area, Bsp, Config, Message, Schedule};
 pub use error::{BspError, Result};
 pub use group::{run_threads, Job, Launcher};
 pub use wire::mesh::Endpoint;
+
+/// Entry points for the fuzz targets (`fuzz/targets/bsp.rs`) and their
+/// corpus replay: what a BSP process decodes from a peer's bytes. Not an
+/// API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use crate::wire::frame::{Header, HEADER_LEN};
+    use crate::wire::handshake::Hello;
+
+    /// Decodes a frame header from the first bytes, against a small and
+    /// the largest maximum length; what decodes encodes back the same.
+    pub fn frame_header(data: &[u8]) {
+        let Some(b) = data.get(..HEADER_LEN) else { return };
+        let b: &[u8; HEADER_LEN] = b.try_into().expect("HEADER_LEN bytes");
+        for max in [1 << 20, u32::MAX] {
+            if let Ok(h) = Header::decode(b, max) {
+                assert!(h.len <= max);
+                assert_eq!(Header::decode(&h.encode(), max).ok(), Some(h));
+            }
+        }
+    }
+
+    /// Reads a hello from the bytes as from a socket: a hello or a
+    /// protocol error, never a panic or a read past them.
+    pub fn hello(data: &[u8]) {
+        let mut r = data;
+        if let Ok(h) = Hello::read_from(&mut r, "fuzz") {
+            let used = data.len() - r.len();
+            assert_eq!(h.encode(), data[..used]);
+        }
+    }
+}

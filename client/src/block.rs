@@ -32,8 +32,16 @@ pub struct BlockHeader {
 }
 
 impl BlockHeader {
+    /// The payload's bytes: rows × cols doubles. A shape no slice can
+    /// hold (a damaged or hostile header: up to 2^67 bytes) gives
+    /// `isize::MAX`, which no payload matches and to which a header's
+    /// length still adds without overflow. (Multiplied out, such a shape
+    /// overflowed: a panic in a debug build, and in a release build a
+    /// wrapped length that a short payload could match; found by the
+    /// block fuzz target.)
     pub fn payload_len(&self) -> usize {
-        self.rows as usize * self.cols as usize * 8
+        let bytes = u128::from(self.rows) * u128::from(self.cols) * 8;
+        usize::try_from(bytes).unwrap_or(usize::MAX).min(isize::MAX as usize)
     }
 
     pub fn encode(&self) -> [u8; HEADER_LEN] {
@@ -136,6 +144,21 @@ pub fn checksum_matches(header: &BlockHeader, payload: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Fuzzing regression (`fuzz/corpus/block/huge-shape`): a header of
+    /// 2^32 − 1 rows and columns is refused as corrupt, not an overflow,
+    /// and no wrapped length matches a short payload.
+    #[test]
+    fn a_header_whose_shape_overflows_is_corrupt_not_a_panic() {
+        let huge = BlockHeader { rows: u32::MAX, cols: u32::MAX, checksum: 0 };
+        assert_eq!(huge.payload_len(), isize::MAX as usize);
+        // 2^31 × 2^30 × 8 = 2^64 bytes: 0 once wrapped in 64 bits.
+        let wraps = BlockHeader { rows: 1 << 31, cols: 1 << 30, checksum: checksum(&[]) };
+        let value = wraps.encode();
+        let e = decode(&value, &|| "block (0, 0)".into()).unwrap_err();
+        assert!(matches!(&e, StoreError::Corrupt { what } if what.contains("payload length")), "{e}");
+        assert_eq!(HEADER_LEN + huge.payload_len(), HEADER_LEN + isize::MAX as usize);
+    }
 
     /// A header of the CRC-32C format before this one is refused, and
     /// says which format it is; other garbage is a bad header.

@@ -109,6 +109,21 @@ pub struct SessionInfo {
     pub tasks: Vec<String>,
 }
 
+/// What a backup of a node ([`Client::backup`]) wrote.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NodeBackup {
+    /// Block version files in it.
+    pub n_versions: u64,
+    /// Of their bytes: hard-linked (the backup on the store's
+    /// filesystem: none written) and copied.
+    pub bytes_linked: u64,
+    pub bytes_copied: u64,
+    /// RocksDB's checkpoint.
+    pub db_bytes: u64,
+    /// The backup's time at the node.
+    pub seconds: f64,
+}
+
 /// A node's connections by the way they came in, since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NodeStats {
@@ -448,6 +463,20 @@ impl Client {
     /// block bytes) and holds now (sessions, disk, caches).
     pub async fn node_metrics(&self) -> Result<crate::NodeMetrics> {
         Ok(self.rpc.clone().metrics(proto::Empty {}).await?.into_inner().into())
+    }
+
+    /// A consistent backup of the store, taken while it serves, into
+    /// `dir`: an absolute path on the node's machine that does not exist
+    /// yet (its parent does). `master serve --data DIR` opens it.
+    pub async fn backup(&self, dir: &str) -> Result<NodeBackup> {
+        let r = self.rpc.clone().backup(proto::BackupRequest { dir: dir.into() }).await?.into_inner();
+        Ok(NodeBackup {
+            n_versions: r.n_versions,
+            bytes_linked: r.bytes_linked,
+            bytes_copied: r.bytes_copied,
+            db_bytes: r.db_bytes,
+            seconds: r.seconds,
+        })
     }
 
     /// Test hook (node started with `--test-hooks`): damages a stored block.

@@ -36,8 +36,8 @@ pub mod proto {
 }
 
 pub use client::{
-    Action, BagStats, BlockData, BlockReader, BlockWriter, Client, Dequeue, MatrixInfo, NodeStats, Session, SessionInfo, Task, CHUNK_BYTES,
-    MAX_FRAME_BYTES, MAX_MESSAGE_BYTES,
+    Action, BagStats, BlockData, BlockReader, BlockWriter, Client, Dequeue, MatrixInfo, NodeBackup, NodeStats, Session, SessionInfo, Task,
+    CHUNK_BYTES, MAX_FRAME_BYTES, MAX_MESSAGE_BYTES,
 };
 #[cfg(feature = "cli")]
 pub use connect::{config_path, load_config_file, ConnectArgs};

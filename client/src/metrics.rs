@@ -27,6 +27,8 @@ pub struct NodeMetrics {
     /// Lock requests that waited, and those that timed out.
     pub lock_waits: u64,
     pub lock_timeouts: u64,
+    /// Dequeues that found no element free and waited for one.
+    pub dequeue_waits: u64,
     /// Block payload bytes read and written through the node.
     pub block_bytes_read: u64,
     pub block_bytes_written: u64,
@@ -60,6 +62,7 @@ impl From<proto::NodeMetrics> for NodeMetrics {
             sessions_lost: m.sessions_lost,
             lock_waits: m.lock_waits,
             lock_timeouts: m.lock_timeouts,
+            dequeue_waits: m.dequeue_waits,
             block_bytes_read: m.block_bytes_read,
             block_bytes_written: m.block_bytes_written,
             sessions: m.sessions,

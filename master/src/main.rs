@@ -1,6 +1,7 @@
 //! `master`: the command line of the system. It runs store nodes and talks
 //! to them; it holds no state of its own and is not needed while a job runs.
 
+mod backup_cmd;
 mod certs;
 mod choices;
 mod control;
@@ -53,6 +54,10 @@ enum Command {
     Certs(certs::Args),
     /// The store node's connections by transport (TCP or its Unix sockets), TLS, refusals.
     Node(node_cmd::Args),
+    /// A consistent backup of the serving store node into a new directory
+    /// on its machine, while jobs run; `serve --data DIR` restores it
+    /// (commits after the backup are lost, their tasks done again).
+    Backup(backup_cmd::Args),
     /// The whole story on one machine: embedded store, local slaves, a job, a slave killed halfway, verified.
     Demo(demo::Args),
     /// Create, import, export, list, inspect and delete matrices.
@@ -204,6 +209,7 @@ async fn run(command: Command) -> anyhow::Result<bool> {
         Command::Serve(args) => serve::run(args).await.map(|()| true),
         Command::Certs(args) => certs::run(args).map(|()| true),
         Command::Node(args) => node_cmd::run(args).await.map(|()| true),
+        Command::Backup(args) => backup_cmd::run(args).await.map(|()| true),
         Command::Demo(args) => demo::run(args).await,
         Command::Matrix(cmd) => matrix::run(cmd).await.map(|()| true),
         Command::Submit(cmd) => jobs::submit(cmd).await.map(|()| true),

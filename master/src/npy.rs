@@ -80,7 +80,10 @@ pub(crate) fn read_header(f: &mut File) -> Result<NpyLayout, NpyError> {
         .map_err(|_| NpyError::Header(format!("shape ({inner})")))?;
     let [rows, cols] = dims[..] else { return Err(NpyError::Header(format!("shape ({inner}) is not 2-D"))) };
     let data_offset = (prefix + len) as u64;
-    let need = rows * cols * 8;
+    // A shape whose bytes overflow 64 bits (fuzzing found the overflow:
+    // a panic in a debug build, a wrapped size in a release build).
+    let need =
+        rows.checked_mul(cols).and_then(|n| n.checked_mul(8)).ok_or_else(|| NpyError::Header(format!("shape ({inner}) is too large")))?;
     let got = f.metadata()?.len().saturating_sub(data_offset);
     if got != need {
         return Err(NpyError::Size { rows, cols, need, got });
@@ -117,6 +120,21 @@ pub(crate) fn write_i64_vector_header(out: &mut Vec<u8>, len: u64) {
 mod tests {
     use super::*;
 
+    /// Fuzzing regression (`fuzz/corpus/npy/huge-shape`): a shape whose
+    /// bytes overflow 64 bits is refused as a bad header, not a panic.
+    #[test]
+    fn a_shape_whose_size_overflows_is_refused() {
+        let mut f = tempfile::tempfile().unwrap();
+        let dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }\n";
+        f.write_all(b"\x93NUMPY\x01\x00").unwrap();
+        f.write_all(&(dict.len() as u16).to_le_bytes()).unwrap();
+        f.write_all(dict.as_bytes()).unwrap();
+        use std::io::Seek;
+        f.rewind().unwrap();
+        let e = read_header(&mut f).unwrap_err();
+        assert!(matches!(&e, NpyError::Header(h) if h.contains("too large")), "{e}");
+    }
+
     #[test]
     fn a_written_header_reads_back() {
         let dir = tempfile::tempdir().unwrap();
@@ -140,5 +158,28 @@ mod tests {
         assert!(matches!(read_header(&mut File::open(&path).unwrap()), Err(NpyError::Size { .. })));
         std::fs::write(&path, b"garbage garbage garbage").unwrap();
         assert!(matches!(read_header(&mut File::open(&path).unwrap()), Err(NpyError::Magic)));
+    }
+}
+
+/// The fuzz target's body (`fuzz/targets/npy.rs`), for the corpus replay.
+#[cfg(test)]
+#[path = "../../fuzz/targets/npy.rs"]
+mod fuzz_target;
+
+/// The `.npy` fuzz corpus (`fuzz/corpus/npy/`) replayed through the fuzz
+/// target's body in the ordinary suite.
+#[cfg(test)]
+mod fuzz_replay {
+    #[test]
+    fn the_npy_corpus_replays_without_a_finding() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/npy");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            eprintln!("{}", path.display());
+            super::fuzz_target::run(&std::fs::read(&path).unwrap());
+            n += 1;
+        }
+        assert!(n > 0, "{}: an empty corpus", dir.display());
     }
 }

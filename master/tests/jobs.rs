@@ -185,8 +185,9 @@ fn slaves_outlive_a_store_node_restart_and_the_job_goes_on() {
         (n >= 10).then_some(())
     })
     .expect("progress before the crash");
+    // `kill9` reaps the node: its exit closed its listening socket, so the
+    // address is free for the restart.
     store.kill9();
-    std::thread::sleep(Duration::from_millis(300));
     let store = StoreProc::start_on(dir.path(), &s, &[]);
     let t = Instant::now();
     master_ok(&store.addr, &["wait", &job]);
@@ -234,12 +235,27 @@ fn bad_input_gives_clear_errors_and_creates_nothing() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    // Its log, line by line as it comes, until the second retry.
+    let (lines, said) = std::sync::mpsc::channel();
+    let stderr = std::io::BufReader::new(dead.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let mut err = String::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while err.matches("unreachable, retrying").count() < 2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match said.recv_timeout(left) {
+            Ok(line) => err += &(line + "\n"),
+            Err(_) => panic!("no second retry within 30 s: {err}"),
+        }
+    }
     assert!(dead.try_wait().unwrap().is_none(), "the slave keeps retrying");
     let _ = dead.kill();
-    let out = dead.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("unreachable, retrying") && err.matches("retrying").count() >= 2, "{err}");
+    let _ = dead.wait();
 }
 
 #[test]
@@ -264,4 +280,69 @@ fn npy_export_and_import_round_trip() {
             assert_eq!(vx.to_bits(), vy.to_bits(), "element ({r}, {col})");
         }
     });
+}
+
+/// A backup taken while a job runs (`master backup`), restored after the
+/// node is lost (`master serve --data BACKUP` on the same address, the
+/// slaves riding through): the job finishes from the backup's state with
+/// the right product, and the tasks committed after the backup, which it
+/// does not hold, are done again.
+#[test]
+fn a_backup_taken_mid_job_restores_and_the_tasks_committed_after_it_are_redone() {
+    use std::collections::BTreeSet;
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = StoreProc::start(&dir.path().join("live"), &[]);
+    let s = store.addr.clone();
+    create(&s, "A", 1536, 1536, 128, 1);
+    create(&s, "B", 1536, 1536, 128, 2);
+    let job = master_ok(&s, &["submit", "matmul", "A", "B", "--out", "C"]);
+    let id: uuid::Uuid = job.parse().unwrap();
+    let slaves: Vec<Child> = (0..2).map(|k| slave(&s, &format!("slave-{k}"), &[])).collect();
+    let rt = runtime();
+    let done = |c: &Client| -> BTreeSet<String> {
+        rt.block_on(c.scan_small(&format!("done/{job}/"), 0)).unwrap().into_iter().map(|(k, _)| k).collect()
+    };
+    let c = rt.block_on(Client::connect(&s, None)).unwrap();
+    support::wait_for(Duration::from_secs(120), || (done(&c).len() >= 10).then_some(())).expect("progress before the backup");
+
+    let backup = dir.path().join("backup");
+    let report = master_ok(&s, &["backup", backup.to_str().unwrap(), "--json"]);
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    eprintln!("backup: {report}");
+    assert!(report["versions"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(report["bytes_copied"].as_u64(), Some(0), "a backup on the store's filesystem links its blocks: {report}");
+    // Commits after the backup, which it must not hold.
+    let after = support::wait_for(Duration::from_secs(120), || {
+        let now = done(&c);
+        let ended = rt.block_on(c.peek_small(&job_record::finished_key(id))).unwrap().is_some();
+        (ended || now.len() >= 20).then_some(now)
+    })
+    .expect("progress after the backup");
+    drop(c);
+    store.kill9();
+
+    // What the backup holds, read on a port of its own before the slaves
+    // can reach it.
+    let (in_backup, total_before) = {
+        let restored = StoreProc::start(&backup, &[]);
+        let c = rt.block_on(Client::connect(&restored.addr, None)).unwrap();
+        let record = rt.block_on(c.peek_small(&job_record::finished_key(id))).unwrap();
+        assert!(record.is_none(), "the backup was taken mid-job");
+        (done(&c), after.len())
+    };
+    assert!(in_backup.is_subset(&after), "the backup is a cut of the commits: it holds only tasks the node had committed");
+    let lost: BTreeSet<&String> = after.difference(&in_backup).collect();
+    assert!(!lost.is_empty(), "tasks committed after the backup ({total_before} done at the kill, {} in the backup)", in_backup.len());
+
+    let store = StoreProc::start_on(&backup, &s, &[]);
+    master_ok(&store.addr, &["wait", &job]);
+    assert!(master_ok(&store.addr, &["verify", &job]).contains("in-core dgemm"));
+    let c = rt.block_on(Client::connect(&store.addr, None)).unwrap();
+    let finally = done(&c);
+    assert!(lost.iter().all(|k| finally.contains(*k)), "every task committed after the backup was done again");
+    let commits = rt.block_on(c.node_metrics()).unwrap().commits as usize;
+    let redone = finally.len() - in_backup.len();
+    assert!(commits >= redone, "the restored node committed {commits} actions, fewer than the {redone} tasks not in the backup");
+    eprintln!("{} tasks in the backup, {} lost with the node and done again, {} in all", in_backup.len(), lost.len(), finally.len());
+    slaves.into_iter().for_each(kill);
 }

@@ -55,7 +55,7 @@ use crate::files::BlockFiles;
 use crate::keys::{BlockKey, ObjKey, Tentative};
 use crate::undo::{self, Undo};
 
-const BLOCKS: &str = "blocks";
+pub(crate) const BLOCKS: &str = "blocks";
 
 pub(crate) struct Db {
     db: Arc<DB>,
@@ -499,6 +499,11 @@ impl Db {
         let mut batch = WriteBatch::default();
         queue_batch(&mut batch, queue);
         write_synced(&self.db, &self.files, batch)
+    }
+
+    /// Writes a consistent copy of the store into `dir` (`backup.rs`).
+    pub(crate) fn backup(&self, dir: &Path) -> Result<crate::backup::BackupReport, StoreError> {
+        crate::backup::backup(&self.db, &self.files, dir)
     }
 
     /// Flushes memtables to SST and blob files, so a restart replays no WAL.

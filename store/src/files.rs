@@ -150,6 +150,38 @@ pub(crate) struct BlockFiles {
     /// Versions written and answered but not synced yet
     /// ([`BlockFiles::sync_later`]): their commits sync them.
     syncing: Mutex<HashMap<Uuid, Staging>>,
+    /// Backups in progress, and the versions retired or removed meanwhile
+    /// ([`BlockFiles::pin`]).
+    pins: Mutex<Pins>,
+}
+
+/// While a backup runs, no version file is removed or recycled: the
+/// versions its checkpoint names must still hold their blocks when it
+/// links or copies them, whatever commits replace them meanwhile.
+#[derive(Default)]
+struct Pins {
+    n: usize,
+    deferred: Vec<Uuid>,
+}
+
+/// Held by a backup ([`BlockFiles::pin`]); its drop retires what was
+/// deferred.
+pub(crate) struct Pin<'a> {
+    files: &'a BlockFiles,
+}
+
+impl Drop for Pin<'_> {
+    fn drop(&mut self) {
+        let deferred = {
+            let mut pins = self.files.pins.lock().unwrap_or_else(|e| e.into_inner());
+            pins.n -= 1;
+            if pins.n > 0 {
+                return;
+            }
+            std::mem::take(&mut pins.deferred)
+        };
+        self.files.retire(&deferred);
+    }
 }
 
 /// Starts reading a version's file into the page cache (a hint: failure
@@ -398,10 +430,29 @@ impl BlockFiles {
             recycled: Mutex::default(),
             open: OpenFiles::new(),
             syncing: Mutex::default(),
+            pins: Mutex::default(),
         })
     }
 
-    fn path(&self, version: Uuid) -> PathBuf {
+    /// Stops every removal and recycling of version files until the pin
+    /// is dropped: a backup's versions stay as its checkpoint names them.
+    pub(crate) fn pin(&self) -> Pin<'_> {
+        self.pins.lock().unwrap_or_else(|e| e.into_inner()).n += 1;
+        Pin { files: self }
+    }
+
+    /// Defers `versions`' removal if a backup holds a pin; true if so.
+    fn deferred(&self, versions: &[Uuid]) -> bool {
+        let mut pins = self.pins.lock().unwrap_or_else(|e| e.into_inner());
+        if pins.n == 0 {
+            return false;
+        }
+        pins.deferred.extend_from_slice(versions);
+        true
+    }
+
+    /// A version's file in this store's `blocks/`.
+    pub(crate) fn path(&self, version: Uuid) -> PathBuf {
         self.dir.join(version.simple().to_string())
     }
 
@@ -712,12 +763,17 @@ impl BlockFiles {
     /// puts to overwrite, as far as [`RECYCLED_FILES`] and
     /// [`RECYCLED_BYTES`] allow, and removes the rest.
     pub(crate) fn retire(&self, versions: &[Uuid]) {
+        use std::os::unix::fs::MetadataExt;
         self.forget_syncs(versions);
+        if self.deferred(versions) {
+            return;
+        }
         let mut unkept = Vec::new();
         for &v in versions {
-            // A missing file (a sweep got it) is not kept.
-            let kept =
-                std::fs::metadata(self.path(v)).is_ok_and(|m| self.recycled.lock().unwrap_or_else(|e| e.into_inner()).keep(v, m.len()));
+            // A missing file (a sweep got it) is not kept, nor one a
+            // backup links to (overwritten, the backup's block would change).
+            let kept = std::fs::metadata(self.path(v))
+                .is_ok_and(|m| m.nlink() == 1 && self.recycled.lock().unwrap_or_else(|e| e.into_inner()).keep(v, m.len()));
             if !kept {
                 unkept.push(v);
             }
@@ -737,6 +793,9 @@ impl BlockFiles {
     /// fine (a sweep or an earlier removal got them).
     pub(crate) fn remove(&self, versions: &[Uuid]) {
         self.forget_syncs(versions);
+        if self.deferred(versions) {
+            return;
+        }
         for v in versions {
             if let Err(e) = self.open.unlink(*v, &self.path(*v)) {
                 if e.kind() != std::io::ErrorKind::NotFound {

@@ -15,6 +15,7 @@
 //! # Ok(()) }
 //! ```
 
+mod backup;
 mod blocks;
 mod dataplane;
 mod db;
@@ -41,6 +42,7 @@ use store_client::{host_identity, ServerTls, StoreError, MAX_FRAME_BYTES, MAX_ME
 use tokio::sync::watch;
 use tonic::{Request, Status};
 
+pub use backup::BackupReport;
 pub use blocks::MAX_BLOCK;
 /// The bag a bag's dead-lettered elements move to (for `master retry`).
 pub use queue::dead_letter_bag;

@@ -37,6 +37,8 @@ pub(crate) struct Metrics {
     /// Lock requests that had to wait, and those that timed out waiting.
     pub(crate) lock_waits: AtomicU64,
     pub(crate) lock_timeouts: AtomicU64,
+    /// Dequeues that found no element free and waited for one.
+    pub(crate) dequeue_waits: AtomicU64,
     /// Payload bytes of the blocks read (gets under an action or of the
     /// committed state, whichever transport) and written (puts staged).
     pub(crate) block_bytes_read: AtomicU64,
@@ -70,6 +72,7 @@ impl Metrics {
             sessions_lost: self.sessions_lost.load(Relaxed),
             lock_waits: self.lock_waits.load(Relaxed),
             lock_timeouts: self.lock_timeouts.load(Relaxed),
+            dequeue_waits: self.dequeue_waits.load(Relaxed),
             block_bytes_read: self.block_bytes_read.load(Relaxed),
             block_bytes_written: self.block_bytes_written.load(Relaxed),
             ..Default::default()

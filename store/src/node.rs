@@ -495,6 +495,15 @@ impl Node {
         Ok(())
     }
 
+    /// A backup of the store into `dir` on this node's machine, taken
+    /// beside the commits (`backup.rs`).
+    pub(crate) async fn backup(&self, dir: std::path::PathBuf) -> Result<crate::BackupReport, StoreError> {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || db.backup(&dir))
+            .await
+            .map_err(|e| StoreError::Storage { what: format!("the backup's thread failed: {e}") })?
+    }
+
     // ---- queues ----
 
     /// Dequeues inside `action`; waits up to `wait` while the bag has
@@ -510,6 +519,7 @@ impl Node {
                         let mut n: Pin<Box<tokio::sync::futures::OwnedNotified>> = Box::pin(core.bag_signal(bag).notified_owned());
                         // Registered before the lock is released: no lost wake-up.
                         n.as_mut().enable();
+                        Metrics::add(&self.metrics.dequeue_waits, 1);
                         n
                     }
                     other => return Ok(other),

@@ -380,6 +380,21 @@ impl Store for Rpc {
         Ok(Response::new(proto::BagElements { elements }))
     }
 
+    async fn backup(&self, req: Request<proto::BackupRequest>) -> Reply<proto::BackupReply> {
+        let dir = req.into_inner().dir;
+        if !std::path::Path::new(&dir).is_absolute() {
+            return Err(status(StoreError::InvalidArgument { what: format!("backup directory {dir:?}: not an absolute path") }));
+        }
+        let r = self.node.backup(dir.into()).await.map_err(status)?;
+        Ok(Response::new(proto::BackupReply {
+            n_versions: r.n_versions,
+            bytes_linked: r.bytes_linked,
+            bytes_copied: r.bytes_copied,
+            db_bytes: r.db_bytes,
+            seconds: r.seconds,
+        }))
+    }
+
     async fn corrupt_block_for_test(&self, req: Request<proto::BlockRef>) -> Reply<proto::Empty> {
         let r = req.into_inner();
         let key = BlockKey { matrix: uuid(&r.matrix)?, i: r.i, j: r.j };

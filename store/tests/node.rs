@@ -52,6 +52,35 @@ async fn node_over(path: Path) -> Node {
     n
 }
 
+/// Waits until the node has counted `n` more lock waits than `before`
+/// (`NodeMetrics::lock_waits`): a request that the test needs queued
+/// behind a lock is then known to wait there.
+async fn lock_waits_reach(client: &Client, before: u64, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = client.node_metrics().await.unwrap().lock_waits;
+        if now >= before + n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "lock waits stayed at {now}, {n} more than {before} expected");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Waits until the node has counted `n` more blocked dequeues than `before`
+/// (`NodeMetrics::dequeue_waits`).
+async fn dequeue_waits_reach(client: &Client, before: u64, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = client.node_metrics().await.unwrap().dequeue_waits;
+        if now >= before + n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "dequeue waits stayed at {now}, {n} more than {before} expected");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 fn block(rows: usize, cols: usize, seed: f64) -> BlockData {
     BlockData { rows, cols, data: (0..rows * cols).map(|k| seed + k as f64).collect() }
 }
@@ -224,9 +253,10 @@ async fn a_write_lock_conflict_times_out_and_a_crossing_pair_deadlocks() {
     assert!(t.elapsed() >= Duration::from_millis(250));
 
     b.write_small("y", b"b").await.unwrap();
+    let waits = n.client.node_metrics().await.unwrap().lock_waits;
     let a_waits = async { a.read_small("y", false).await };
     let b_closes_cycle = async {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        lock_waits_reach(&n.client, waits, 1).await;
         b.read_small("x", false).await
     };
     let (ra, rb) = tokio::join!(a_waits, b_closes_cycle);
@@ -303,9 +333,10 @@ async fn a_waiter_gets_the_lock_when_the_holder_commits() {
     let a = s.begin().await.unwrap();
     let b = s.begin().await.unwrap();
     a.write_small("x", b"new").await.unwrap();
+    let waits = n.client.node_metrics().await.unwrap().lock_waits;
     let reader = async { b.read_small("x", false).await };
     let committer = async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        lock_waits_reach(&n.client, waits, 1).await;
         a.commit().await
     };
     let (r, c) = tokio::join!(reader, committer);
@@ -331,9 +362,10 @@ async fn queue_over_the_wire_empty_none_available_blocking_dequeue_and_old_posit
     assert_eq!(b.dequeue("bag", Duration::ZERO).await.unwrap(), Dequeue::NoneAvailable);
 
     // A blocked dequeue gets t1 back, first in line, when a aborts.
+    let waits = n.client.node_metrics().await.unwrap().dequeue_waits;
     let waiter = async { b.dequeue("bag", Duration::from_secs(5)).await };
     let aborter = async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        dequeue_waits_reach(&n.client, waits, 1).await;
         a.abort().await
     };
     let (got, ab) = tokio::join!(waiter, aborter);
@@ -918,14 +950,38 @@ async fn a_large_value_through_the_unix_socket_waits_for_its_reader_and_arrives_
     let get = |j: u32| wire::Request::get(wire::Op::Get, 0, m.id, 0, j, 0);
     for (j, want) in [(1, &big), (0, &small)] {
         sock.write_all(&get(j).encode()).await.unwrap();
-        // Long enough for the node to fill the buffer and wait.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        if j == 1 {
+            socket_buffer_full(&sock).await;
+        }
         let len = unix_answer(&mut sock).await.unwrap().expect("a value");
         let mut value = vec![0u8; len as usize];
         tokio::time::timeout(Duration::from_secs(20), sock.read_exact(&mut value)).await.expect("the value in time").unwrap();
         let (header, payload) = store_client::block::decode(&value, &|| format!("block (0, {j})")).unwrap();
         assert_eq!((header.rows, header.cols), (1200, 1200));
         assert!(payload == bytemuck::cast_slice::<f64, u8>(&want.data), "block (0, {j})");
+    }
+}
+
+/// Waits until the bytes queued for reading on `sock` stop growing: the
+/// node has filled the socket's buffer and waits for space. (For a
+/// value of many buffers: one that fits would look the same.)
+async fn socket_buffer_full(sock: &UnixConn) {
+    use std::os::fd::AsRawFd;
+    let queued = || {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int through the pointer.
+        let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::FIONREAD, &mut n) };
+        assert_eq!(rc, 0, "FIONREAD: {}", std::io::Error::last_os_error());
+        n
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (mut last, mut same) = (0, 0);
+    // Unchanged over several looks a millisecond apart, and not empty.
+    while same < 5 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let now = queued();
+        (same, last) = if now > 0 && now == last { (same + 1, now) } else { (0, now) };
+        assert!(Instant::now() < deadline, "the node never filled the socket's buffer ({last} bytes queued)");
     }
 }
 
@@ -1056,11 +1112,12 @@ async fn a_get_of_a_peeked_block_that_waits_for_a_writer_returns_what_the_writer
     // reads the peeked (old) file, then waits for the lock.
     let b = w.begin().await.unwrap();
     b.put_block(m.id, 0, 2, block(64, 64, 200.0)).await.unwrap();
+    let waits = n.client.node_metrics().await.unwrap().lock_waits;
     let reader = tokio::spawn(async move {
         let got = r.get_block(m.id, 0, 2).await;
         (r, got)
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    lock_waits_reach(&n.client, waits, 1).await;
     assert!(!reader.is_finished(), "the get did not wait for the writer's lock");
     b.commit().await.unwrap();
     let (r, got) = reader.await.unwrap();
@@ -1114,4 +1171,68 @@ async fn closes_after(addr: std::net::SocketAddr, garbage: &[u8], patience: Dura
         }
     };
     tokio::time::timeout(patience, drained).await.is_ok()
+}
+
+/// A backup holds the store as it was when it was taken, whatever is
+/// committed after it: the node neither removes nor overwrites (recycles)
+/// a version the backup names. It links the blocks on the store's
+/// filesystem and copies them to another (`/dev/shm`, a tmpfs, where
+/// there is one), and opens as a store of its own.
+#[tokio::test]
+async fn a_backup_keeps_its_state_while_commits_replace_it_and_opens_as_a_store() {
+    use std::os::unix::fs::MetadataExt;
+    let mut places = vec![tempfile::tempdir().unwrap()];
+    if let Ok(shm) = tempfile::tempdir_in("/dev/shm") {
+        places.push(shm);
+    }
+    for place in places {
+        let n = node().await;
+        let m = n.client.create_matrix("A", 64, 64 * 8, 64).await.unwrap();
+        let s = n.client.open_session("t").await.unwrap();
+        let a = s.begin().await.unwrap();
+        for j in 0..8 {
+            a.put_block(m.id, 0, j, block(64, 64, j as f64)).await.unwrap();
+        }
+        a.write_small("k", b"before").await.unwrap();
+        a.commit().await.unwrap();
+
+        let dir = place.path().join("backup");
+        let b = n.client.backup(dir.to_str().unwrap()).await.unwrap();
+        let same_fs = std::fs::metadata(place.path()).unwrap().dev() == std::fs::metadata(n._dir.path()).unwrap().dev();
+        assert_eq!(b.n_versions, 8, "{b:?}");
+        let bytes = 8 * (64 * 64 * 8 + store_client::block::HEADER_LEN as u64);
+        assert_eq!((b.bytes_linked, b.bytes_copied), if same_fs { (bytes, 0) } else { (0, bytes) }, "{b:?}");
+        let again = n.client.backup(dir.to_str().unwrap()).await.unwrap_err();
+        assert!(matches!(again, StoreError::AlreadyExists { .. }), "{again}");
+
+        // Every block replaced three times: each replaced version is
+        // retired, and the pool of recycled files is overwritten by the
+        // next round's puts.
+        for round in 1..=3 {
+            let a = s.begin().await.unwrap();
+            for j in 0..8 {
+                a.put_block(m.id, 0, j, block(64, 64, (100 * round + j) as f64)).await.unwrap();
+            }
+            a.write_small("k", format!("round {round}").as_bytes()).await.unwrap();
+            a.commit().await.unwrap();
+        }
+        assert_eq!(n.client.read_block_committed(m.id, 0, 5).await.unwrap(), block(64, 64, 305.0));
+
+        let restored = store::start(store::Config::new(dir.clone(), "127.0.0.1:0".parse().unwrap())).await.unwrap();
+        let r = Client::connect(&restored.addr().to_string(), None).await.unwrap();
+        for j in 0..8 {
+            assert_eq!(r.read_block_committed(m.id, 0, j).await.unwrap(), block(64, 64, j as f64), "block (0, {j}) in {}", dir.display());
+        }
+        assert_eq!(r.peek_small("k").await.unwrap(), Some(b"before".to_vec()));
+        restored.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_backup_into_a_relative_or_existing_directory_is_refused() {
+    let n = node().await;
+    let err = n.client.backup("relative/dir").await.unwrap_err();
+    assert!(matches!(err, StoreError::InvalidArgument { .. }), "{err}");
+    let err = n.client.backup(n._dir.path().to_str().unwrap()).await.unwrap_err();
+    assert!(matches!(err, StoreError::AlreadyExists { .. }), "{err}");
 }

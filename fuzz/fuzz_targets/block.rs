@@ -1,0 +1,6 @@
+#![no_main]
+
+#[path = "../targets/block.rs"]
+mod target;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| target::run(data));
