@@ -22,6 +22,7 @@
 
 mod alloc;
 pub mod block;
+pub mod cache;
 pub mod checksum;
 mod client;
 mod connect;

@@ -19,6 +19,7 @@ mod blocks;
 mod dataplane;
 mod db;
 mod files;
+mod holders;
 mod keys;
 mod listen;
 mod metrics;
