@@ -99,7 +99,7 @@ fn cached_slave(store: &str, name: &str, mib: u32, extra: &[&str], log: Option<&
     dies_with_test(&mut cmd).spawn().expect("spawn slave")
 }
 
-/// 1. Matmul, Cholesky and LU with caching on and ten seeded kills: the
+/// Test 1 of the issue: Matmul, Cholesky and LU with caching on and ten seeded kills: the
 /// same bits as without a cache, verified, each task once; and the caches
 /// and peers served reads.
 #[test]
@@ -153,7 +153,7 @@ fn apps_with_caches_and_kills_match_runs_without_each_task_once() {
     assert!(served.cache + served.peers > 0, "no read came from a cache or a peer: {served:?}");
 }
 
-/// 2. A cached version replaced by another commit is never served: the
+/// Test 2 of the issue: A cached version replaced by another commit is never served: the
 /// next read under a lock gets the new version from the node, and only an
 /// unchanged version comes from the cache.
 #[test]
@@ -242,7 +242,7 @@ fn a_slave_reads_the_blocks_a_peer_holds_from_the_peer() {
     kill_child_ref(&mut run.peer);
 }
 
-/// 3. A peer SIGKILLed halfway through its first transfer: the reader
+/// Test 3 of the issue: A peer SIGKILLed halfway through its first transfer: the reader
 /// falls back to the store and the job is exact.
 #[test]
 fn a_peer_killed_mid_transfer_sends_the_reader_to_the_store() {
@@ -254,7 +254,7 @@ fn a_peer_killed_mid_transfer_sends_the_reader_to_the_store() {
     let _ = &run.env;
 }
 
-/// 3. A peer SIGSTOPped halfway through its first transfer: the reader
+/// Test 3 of the issue: A peer SIGSTOPped halfway through its first transfer: the reader
 /// gives up on it after its timeout, reads from the store, the job is
 /// exact.
 #[test]
@@ -270,7 +270,7 @@ fn a_peer_stopped_mid_transfer_sends_the_reader_to_the_store_after_its_timeout()
     kill_child_ref(&mut run.peer);
 }
 
-/// 4. A peer that flips a byte of what it sends: the reader detects it,
+/// Test 4 of the issue: A peer that flips a byte of what it sends: the reader detects it,
 /// takes every such block from the store, and never uses a peer's bytes.
 #[test]
 fn a_peer_sending_corrupt_bytes_is_detected_and_the_block_comes_from_the_store() {
@@ -292,7 +292,7 @@ fn peak_rss(pid: u32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
 }
 
-/// 5. The cache stays within its bound through a job whose data is more
+/// Test 5 of the issue: The cache stays within its bound through a job whose data is more
 /// than ten times the cache: the cached slave's peak RSS is an uncached
 /// slave's in the same kind of job plus at most the cache.
 #[test]
