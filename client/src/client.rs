@@ -257,6 +257,14 @@ impl Client {
         self.local_calls
     }
 
+    /// Sends this client's gets of one block under a read lock through
+    /// `cache` (`store_client::cache`). False where it cannot: blocks go
+    /// over gRPC, or over the node's Unix socket (on the node's machine a
+    /// get reads the node's page cache already).
+    pub fn attach_block_cache(&self, cache: Arc<crate::cache::BlockCache>) -> bool {
+        self.plane.as_ref().is_some_and(|p| p.attach_cache(cache))
+    }
+
     /// Whether blocks travel over the node's data plane.
     pub fn has_data_plane(&self) -> bool {
         self.plane.is_some()

@@ -21,6 +21,7 @@
 //! ```
 
 pub mod block;
+pub mod cache;
 mod client;
 mod connect;
 pub mod dataplane;

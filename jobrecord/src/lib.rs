@@ -130,6 +130,38 @@ pub struct TaskDone {
     /// writes it.
     #[serde(default)]
     pub prev_ending_us: u64,
+    /// Block payload bytes the task's reads took from the store node,
+    /// from peer slaves and from the slave's own cache (0 without a cache:
+    /// then every read is the store's).
+    #[serde(default)]
+    pub bytes_store: u64,
+    #[serde(default)]
+    pub bytes_peers: u64,
+    #[serde(default)]
+    pub bytes_cache: u64,
+}
+
+/// A job's block reads by where they came from, summed over its task
+/// records (the tasks of slaves with a cache).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadSources {
+    pub store: u64,
+    pub peers: u64,
+    pub cache: u64,
+}
+
+impl ReadSources {
+    pub fn of<'a>(done: impl IntoIterator<Item = &'a TaskDone>) -> ReadSources {
+        done.into_iter().fold(ReadSources::default(), |t, d| ReadSources {
+            store: t.store + d.bytes_store,
+            peers: t.peers + d.bytes_peers,
+            cache: t.cache + d.bytes_cache,
+        })
+    }
+
+    pub fn total(&self) -> u64 {
+        self.store + self.peers + self.cache
+    }
 }
 
 /// Where committed tasks' time went, summed over their records, seconds.

@@ -309,6 +309,12 @@ impl JobStatus {
         TaskTimes::of(&self.done)
     }
 
+    /// Where the committed tasks' block reads came from (slaves with a
+    /// block cache count them).
+    pub(crate) fn read_sources(&self) -> job_record::ReadSources {
+        job_record::ReadSources::of(&self.done)
+    }
+
     /// Tasks whose committed run came after an orphaned one.
     pub(crate) fn n_redone(&self) -> usize {
         self.done.iter().filter(|d| d.attempts > 0).count()
@@ -555,6 +561,7 @@ pub(crate) fn status_json(s: &JobStatus, slaves: Option<usize>) -> serde_json::V
         "bags": bags,
         "failure": (s.state() == "failed").then(|| failure_line(s)),
         "cancelled": s.cancelled.is_some(),
+        "read_bytes": {"store": s.read_sources().store, "peers": s.read_sources().peers, "cache": s.read_sources().cache},
     });
     if let Some(n) = slaves {
         v["slaves"] = n.into();
@@ -613,6 +620,7 @@ pub(crate) fn print_status(s: &JobStatus, slaves: usize) {
         pace(s, slaves)
     );
     print_task_times(s);
+    print_read_sources(s);
     outln!("  {:<60} {:>6} {:>6} {:>8} {:>8} {:>5}", "bag", "total", "done", "running", "waiting", "dead");
     let (shown, hidden) = bags_to_show(s);
     for b in shown {
@@ -625,6 +633,21 @@ pub(crate) fn print_status(s: &JobStatus, slaves: usize) {
         "failed" => outln!("  {}", failure_line(s)),
         "cancelled" => outln!("  cancelled by `master cancel`"),
         _ => {}
+    }
+}
+
+/// Where the committed tasks' block reads came from, if slaves with a
+/// cache ran them.
+pub(crate) fn print_read_sources(s: &JobStatus) {
+    let r = s.read_sources();
+    if r.total() > 0 {
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        outln!(
+            "  block reads: {:.1} MiB from the store, {:.1} MiB from peer slaves, {:.1} MiB from the slaves' caches",
+            mib(r.store),
+            mib(r.peers),
+            mib(r.cache)
+        );
     }
 }
 

@@ -46,6 +46,23 @@ struct Args {
     /// either way on an otherwise idle machine.
     #[arg(long, value_enum, default_value_t = slave::compute::ComputePriority::Normal)]
     compute: slave::compute::ComputePriority,
+    /// The block cache's size in MiB: versions this slave read, kept for
+    /// its next reads and for peers (0: no cache). Default: an eighth of
+    /// the machine's memory over its cores, at least 64 and at most 4096.
+    /// Only slaves that read blocks over TCP (other hosts) cache.
+    #[arg(long, value_name = "MIB")]
+    cache_mib: Option<u64>,
+    /// Do not serve this slave's cache to other slaves, nor read from theirs.
+    #[arg(long)]
+    no_peers: bool,
+    /// Milliseconds a read from a peer slave may take before the block is
+    /// read from the store node instead.
+    #[arg(long, default_value_t = 2000)]
+    peer_timeout_ms: u64,
+    /// Crash tests of peer transfers: none, corrupt, kill-mid-transfer,
+    /// stop-mid-transfer.
+    #[arg(long, default_value = "none", hide = true)]
+    peer_hook: store_client::cache::PeerHook,
     /// Run N slave processes (one per core: N = the cores to give), named
     /// NAME-0 … NAME-(N-1), each with the other flags given here. One that
     /// dies is started again; Ctrl-C or SIGTERM stops them all.
@@ -68,6 +85,17 @@ fn args_for_each() -> Vec<std::ffi::OsString> {
         }
     }
     out
+}
+
+/// An eighth of the machine's memory over its cores (one slave per core),
+/// within [64, 4096] MiB.
+fn default_cache_mib() -> u64 {
+    let total_kib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or(4 << 20);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    (total_kib / 1024 / 8 / cores).clamp(64, 4096)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -99,6 +127,10 @@ fn main() -> anyhow::Result<()> {
         kill_point: args.kill_at,
         stop_point: args.stop_at,
         compute: args.compute,
+        cache_bytes: (args.cache_mib.unwrap_or_else(default_cache_mib) << 20) as usize,
+        peers: !args.no_peers,
+        peer_timeout: Duration::from_millis(args.peer_timeout_ms),
+        peer_hook: args.peer_hook,
     };
     // One worker thread: the task computes on its compute thread, and the
     // runtime only moves blocks and small requests. With two workers every

@@ -14,6 +14,7 @@ use crate::core_wait::ThreadSched;
 use crate::ctx::{LargestBlock, StoreCtx, Writes};
 use crate::kill_point::{KillPlace, KillPoint, KillSwitch};
 use crate::record::{self, Failure, JobRecord, TaskDone};
+use store_client::cache::{BlockCache, ReadBytes};
 
 /// How a slave runs.
 #[derive(Clone, Debug)]
@@ -35,6 +36,14 @@ pub struct SlaveConfig {
     /// How the compute thread is scheduled beside the slave's I/O and the
     /// store node.
     pub compute: ComputePriority,
+    /// The block cache: bytes of payload it may hold (0: no cache).
+    pub cache_bytes: usize,
+    /// Whether the slave serves its cache to peers and reads from theirs.
+    pub peers: bool,
+    /// How long a read from a peer may take before it goes to the node.
+    pub peer_timeout: Duration,
+    /// Crash tests of peer transfers.
+    pub peer_hook: store_client::cache::PeerHook,
 }
 
 /// Runs the slave until it is idle (with `exit_when_idle`) or killed.
@@ -46,7 +55,8 @@ pub async fn run(config: SlaveConfig) -> Result<(), StoreError> {
         ComputeThread::start(config.compute, tokio::runtime::Handle::current())
             .map_err(|e| StoreError::StoreUnavailable { what: format!("starting the compute thread: {e}") })?,
     );
-    let mut slave = Slave::connect(config, kill, compute).await?;
+    let cache = start_cache(&config).await;
+    let mut slave = Slave::connect(config, kill, compute, cache).await?;
     loop {
         match slave.work().await {
             Ok(Idle::Exit) => return Ok(()),
@@ -60,6 +70,45 @@ pub async fn run(config: SlaveConfig) -> Result<(), StoreError> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// The slave's block cache, and its peer server on the address that routes
+/// to the store node (the interface other slaves reach this host by), if
+/// peers are on. Both outlast reconnections. `None` without a cache.
+async fn start_cache(config: &SlaveConfig) -> Option<Arc<BlockCache>> {
+    if config.cache_bytes == 0 {
+        return None;
+    }
+    let cache = Arc::new(BlockCache::new(config.cache_bytes, config.peers, config.peer_timeout, config.connect.token.as_deref()));
+    if config.peers && config.connect.tls.is_some() {
+        // A peer would serve in plaintext what the node serves over TLS.
+        tracing::warn!("slave-to-slave transfer is off: the node uses TLS, which peer transfers do not");
+        return Some(cache);
+    }
+    if config.peers {
+        match own_ip(&config.store).await {
+            Some(ip) => match tokio::net::TcpListener::bind((ip, 0)).await {
+                Ok(listener) => {
+                    let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+                    tracing::info!(%addr, "serving cached blocks to peers");
+                    cache.serve_peers(listener, addr, config.peer_hook);
+                }
+                Err(e) => tracing::warn!("not serving peers: {e}"),
+            },
+            None => tracing::warn!("not serving peers: no route to the store node found"),
+        }
+    }
+    Some(cache)
+}
+
+/// The address of this host's interface that routes to `store`: a UDP
+/// socket's connect picks it without sending anything.
+async fn own_ip(store: &str) -> Option<std::net::IpAddr> {
+    let target = tokio::net::lookup_host(store).await.ok()?.next()?;
+    let bind: std::net::SocketAddr = if target.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { (std::net::Ipv6Addr::UNSPECIFIED, 0).into() };
+    let socket = std::net::UdpSocket::bind(bind).ok()?;
+    socket.connect(target).ok()?;
+    Some(socket.local_addr().ok()?.ip())
 }
 
 /// How often an idle slave reads the submit counter: a new job is seen
@@ -100,11 +149,23 @@ struct Slave {
     kill: Arc<KillSwitch>,
     /// Where tasks compute (kept across reconnections, as `kill`).
     compute: Arc<ComputeThread>,
+    /// The block cache (kept across reconnections, as `kill`).
+    cache: Option<Arc<BlockCache>>,
 }
 
 impl Slave {
-    async fn connect(config: SlaveConfig, kill: Arc<KillSwitch>, compute: Arc<ComputeThread>) -> Result<Slave, StoreError> {
+    async fn connect(
+        config: SlaveConfig,
+        kill: Arc<KillSwitch>,
+        compute: Arc<ComputeThread>,
+        cache: Option<Arc<BlockCache>>,
+    ) -> Result<Slave, StoreError> {
         let client = Client::connect_with_retrying(&config.store, &config.connect, None).await?;
+        if let Some(cache) = &cache {
+            if !client.attach_block_cache(cache.clone()) {
+                tracing::debug!("no block cache: blocks are not read over TCP");
+            }
+        }
         let session = client.open_session(&config.name).await?;
         tracing::info!(session = session.id(), "slave {} connected to {}", config.name, config.store);
         Ok(Slave {
@@ -118,12 +179,13 @@ impl Slave {
             submitted: 0,
             kill,
             compute,
+            cache,
         })
     }
 
     async fn reconnect(&mut self) -> Result<(), StoreError> {
         loop {
-            match Slave::connect(self.config.clone(), self.kill.clone(), self.compute.clone()).await {
+            match Slave::connect(self.config.clone(), self.kill.clone(), self.compute.clone(), self.cache.clone()).await {
                 Ok(s) => {
                     *self = s;
                     return Ok(());
@@ -225,6 +287,12 @@ impl Slave {
         }
     }
 
+    /// Bytes this slave's reads took from the store, peers and its cache
+    /// so far (zero without a cache).
+    fn read_bytes(&self) -> ReadBytes {
+        self.cache.as_ref().map(|c| c.read_bytes()).unwrap_or_default()
+    }
+
     /// Waits for the previous task's ending. A commit refused because the
     /// action was aborted (fencing) is not an error: the task is redone.
     async fn settle(&mut self) -> Result<(), StoreError> {
@@ -265,6 +333,7 @@ impl Slave {
     /// `start`: from asking for the task (the begin) to holding it.
     async fn run_one(&mut self, job: &JobRecord, bag_index: usize, action: Action, task: Task, start: Duration) -> Result<(), StoreError> {
         let started = Instant::now();
+        let bytes_before = self.read_bytes();
         tracing::debug!(action = action.id(), seq = task.seq, bag = %task.bag, "task starts");
         // The done record, read for update now, beside the task's work: the
         // ending then waits for one round trip fewer. Only this task writes
@@ -338,6 +407,7 @@ impl Slave {
                 let waited = Instant::now();
                 self.settle().await?;
                 let settled = waited.elapsed();
+                let read = self.read_bytes().since(&bytes_before);
                 tracing::debug!(ms = settled.as_secs_f64() * 1e3, "previous ending settled");
                 let done = TaskDone {
                     count: 0,
@@ -354,6 +424,9 @@ impl Slave {
                     settle_us: settled.as_micros() as u64,
                     handoff_us: handed.as_micros() as u64,
                     prev_ending_us: self.last_ending.take().map_or(0, |d| d.as_micros() as u64),
+                    bytes_store: read.store,
+                    bytes_peers: read.peers,
+                    bytes_cache: read.cache,
                 };
                 let ending = Ending {
                     session: self.session.clone(),

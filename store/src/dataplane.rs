@@ -27,6 +27,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 use crate::blocks::MAX_BLOCK;
+use crate::holders::Holders;
 use crate::keys::BlockKey;
 use crate::node::Node;
 use crate::readahead::Readahead;
@@ -65,9 +66,11 @@ pub(crate) async fn serve(
 ) {
     let mut stopping = stop.clone();
     let token: Arc<[u8]> = token.unwrap_or_default().into_bytes().into();
+    let holders = Arc::new(std::sync::Mutex::new(Holders::default()));
     let mut connections = JoinSet::new();
     let spawn = |connections: &mut JoinSet<()>, s: Incoming, peer: String| {
-        let (node, token, tls, transports, stop) = (node.clone(), token.clone(), tls.clone(), transports.clone(), stop.clone());
+        let (node, token, tls, transports, holders, stop) =
+            (node.clone(), token.clone(), tls.clone(), transports.clone(), holders.clone(), stop.clone());
         connections.spawn(async move {
             let served = async {
                 let s = match (s, tls) {
@@ -77,7 +80,7 @@ pub(crate) async fn serve(
                     (Incoming::Tcp(s), None) => Box::new(s),
                     (Incoming::Unix(s), _) => s,
                 };
-                connection(s, &node, &token, stop).await
+                connection(s, &node, &token, &holders, stop).await
             };
             if let Err(e) = served.await {
                 if matches!(e, ConnError::Refused(_) | ConnError::Wire(_)) {
@@ -152,7 +155,13 @@ async fn accept_failed(e: std::io::Error) {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
-async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8], mut stop: tokio::sync::watch::Receiver<()>) -> Result<(), ConnError> {
+async fn connection(
+    mut s: Stream,
+    node: &Arc<Node>,
+    token: &[u8],
+    holders: &std::sync::Mutex<Holders>,
+    mut stop: tokio::sync::watch::Receiver<()>,
+) -> Result<(), ConnError> {
     tokio::time::timeout(HELLO_TIMEOUT, hello(&mut s, token)).await.map_err(|_| ConnError::Refused("no hello in time".into()))??;
     // The pipe a local client's spliced puts take (`Op::Pipe`).
     let mut pipe: Option<PipeReader> = None;
@@ -197,6 +206,28 @@ async fn connection(mut s: Stream, node: &Arc<Node>, token: &[u8], mut stop: tok
                     }
                     Err(e) => send_error(&mut s, &e).await?,
                 }
+            }
+            Op::GetCached => {
+                let mut head = [0u8; 16];
+                s.read_exact(&mut head).await?;
+                let Some((mut get, own, bad)) = wire::CachedGet::decode_head(&head) else {
+                    let e = StoreError::InvalidArgument { what: "a cached get with an address too long".into() };
+                    send_error(&mut s, &e).await?;
+                    return Err(ConnError::Refused(e.to_string()));
+                };
+                let mut addrs = vec![0u8; own + bad];
+                s.read_exact(&mut addrs).await?;
+                get.own_addr = String::from_utf8_lossy(&addrs[..own]).into_owned();
+                get.bad = String::from_utf8_lossy(&addrs[own..]).into_owned();
+                match cached_get(node, holders, action, key, &get).await {
+                    Ok(answer) => send_cached(&mut s, holders, key, &get, answer).await?,
+                    Err(e) => send_error(&mut s, &e).await?,
+                }
+            }
+            Op::PeerGet => {
+                let e = StoreError::InvalidArgument { what: "a peer get is for slaves, not the node".into() };
+                send_error(&mut s, &e).await?;
+                return Err(ConnError::Refused(e.to_string()));
             }
             Op::GetLocal | Op::GetLocalForUpdate => {
                 let mode = if req.op == Op::GetLocal { LockMode::Read } else { LockMode::Write };
@@ -587,6 +618,94 @@ async fn send_values(s: &mut Stream, files: &[Opened]) -> std::io::Result<()> {
         s.write_all(&buf).await?;
     }
     Ok(())
+}
+
+/// How the node answers a cached get: the version's header and stamp,
+/// and what to send.
+enum CachedAnswer {
+    Unchanged(BlockHeader, u64),
+    Peer(BlockHeader, u64, String),
+    Data(BlockHeader, u64, Arc<std::fs::File>),
+}
+
+/// Takes the read lock and finds the version the action sees: the client
+/// holds it (no payload), a peer holds it (its address, if the client
+/// takes peers), or its file is sent. The directory is told what the
+/// client reported about a failed peer first.
+async fn cached_get(
+    node: &Arc<Node>,
+    holders: &std::sync::Mutex<Holders>,
+    action: Option<ActionId>,
+    key: BlockKey,
+    get: &wire::CachedGet,
+) -> Result<CachedAnswer, StoreError> {
+    if !get.bad.is_empty() {
+        let mut h = holders.lock().unwrap_or_else(|p| p.into_inner());
+        if get.bad_peer_dead {
+            h.forget_peer(&get.bad);
+        }
+        if get.bad_peer_version {
+            h.forget_version(key, &get.bad);
+        }
+    }
+    let (mut opened, _) = open_blocks(node, action, key.matrix, &[(key.i, key.j)], LockMode::Read).await?;
+    let (header, file) = opened.pop().expect("one block opened");
+    // Under the lock the file holds this version; without one (action 0)
+    // the stamp is still what the file held when it was checked current.
+    let stamp = node.block_stamp(&file).unwrap_or(0);
+    if stamp != 0 && stamp == get.have {
+        return Ok(CachedAnswer::Unchanged(header, stamp));
+    }
+    if get.peers_ok && stamp != 0 {
+        let peer = holders.lock().unwrap_or_else(|p| p.into_inner()).peer_for(key, stamp, &get.own_addr);
+        if let Some(peer) = peer {
+            return Ok(CachedAnswer::Peer(header, stamp, peer));
+        }
+    }
+    Ok(CachedAnswer::Data(header, stamp, file))
+}
+
+/// Sends a cached get's answer; the client then holds the version (from
+/// here or from the peer named), which the directory records.
+async fn send_cached(
+    s: &mut Stream,
+    holders: &std::sync::Mutex<Holders>,
+    key: BlockKey,
+    get: &wire::CachedGet,
+    answer: CachedAnswer,
+) -> std::io::Result<()> {
+    use wire::CachedKind;
+    let (header, stamp) = match &answer {
+        CachedAnswer::Unchanged(h, st) | CachedAnswer::Peer(h, st, _) | CachedAnswer::Data(h, st, _) => (*h, *st),
+    };
+    holders.lock().unwrap_or_else(|p| p.into_inner()).holds(key, stamp, &get.own_addr);
+    match answer {
+        CachedAnswer::Unchanged(..) => {
+            let head = wire::encode_cached_head(&header, stamp, CachedKind::Unchanged, 0);
+            let mut out = Reply { ok: true, len: head.len() as u64 }.encode().to_vec();
+            out.extend_from_slice(&head);
+            s.write_all(&out).await
+        }
+        CachedAnswer::Peer(_, _, peer) => {
+            let head = wire::encode_cached_head(&header, stamp, CachedKind::Peer, peer.len() as u32);
+            let mut out = Reply { ok: true, len: (head.len() + peer.len()) as u64 }.encode().to_vec();
+            out.extend_from_slice(&head);
+            out.extend_from_slice(peer.as_bytes());
+            s.write_all(&out).await
+        }
+        CachedAnswer::Data(_, _, file) => {
+            let len = wire::CACHED_HEAD_LEN + header.payload_len();
+            let read = move || {
+                use std::os::unix::fs::FileExt;
+                let mut value = vec![0u8; len];
+                file.read_exact_at(&mut value[wire::CACHED_HEAD_LEN..], HEADER_LEN as u64).map(|()| value)
+            };
+            let mut value = tokio::task::spawn_blocking(read).await.map_err(std::io::Error::other)??;
+            value[..wire::CACHED_HEAD_LEN].copy_from_slice(&wire::encode_cached_head(&header, stamp, CachedKind::Data, 0));
+            s.write_all(&Reply { ok: true, len: len as u64 }.encode()).await?;
+            s.write_all(&value).await
+        }
+    }
 }
 
 /// Runs a unary call the data plane carries (`Op::Call`) with the gRPC

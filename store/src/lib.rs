@@ -20,6 +20,7 @@ mod blocks;
 mod dataplane;
 mod db;
 mod files;
+mod holders;
 mod keys;
 mod listen;
 mod matrix_record;

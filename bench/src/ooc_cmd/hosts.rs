@@ -8,6 +8,11 @@
 //! halfway (it must finish), and Dask distributed on the same hosts
 //! ([`super::dask_hosts`]).
 //!
+//! Across hosts the slaves cache blocks and serve them to each other
+//! (`slave --cache-mib`, the default); the same job with caching off
+//! (`--cache-mib 0`: every read from the store) runs beside it in the
+//! same run, so the two share the machine's noise.
+//!
 //! Bytes per link come from each host's veth counters
 //! ([`netns::Cluster::link_bytes`]) read before and after the job: the
 //! store host's link carries every block a slave reads or writes.
@@ -182,6 +187,22 @@ pub(super) fn run(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<(
         placement.store_addr(),
         n_hosts - 1
     );
+    let uncached = on_host(&hosts, cli_host, || {
+        let c = Cluster::start(ClusterConfig {
+            slaves,
+            cache_mib: args.cache_mib,
+            base_dir: Some(base.to_owned()),
+            placement: Placement::Hosts(placement.clone()),
+            slave_args: vec!["--cache-mib".into(), "0".into()],
+            ..ClusterConfig::default()
+        })?;
+        eprintln!("  caching off: creating the inputs (over host {cli_host}'s link)");
+        job.create_inputs(&c, n, b)?;
+        let r = run_once(&c, &job, args)?;
+        print_links(&r.links, r.job.seconds);
+        Ok(r)
+    })?;
+    eprintln!("  caching on (slave block caches, slave-to-slave transfer)");
     let (across, killed) = on_host(&hosts, cli_host, || {
         let mut c = Cluster::start(ClusterConfig {
             slaves,
@@ -230,6 +251,9 @@ pub(super) fn run(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<(
         ("vs_one_host", json!(round3(gf / one_gf.max(1e-9)))),
         ("links", links_json(&across.links)),
         ("job", json!(job.label)),
+        ("caching_off_gflops", json!(round3(uncached.job.gflops()))),
+        ("caching_off_links", links_json(&uncached.links)),
+        ("vs_caching_off", json!(round3(gf / uncached.job.gflops().max(1e-9)))),
     ];
     if let Some(v) = across.verified {
         e.push(("verified", json!(v)));
@@ -241,6 +265,10 @@ pub(super) fn run(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<(
         let source = (2.0 * p.powi(3) + p * p) * block_bytes;
         e.push(("source_block_bytes", json!(source)));
         e.push(("store_link_vs_source", json!(round3((l.tx + l.rx) as f64 / source))));
+        // The target with caches: each input block leaves the store
+        // about once, plus the product going in.
+        let inputs_and_output = 3.0 * (n as f64).powi(2) * 8.0;
+        e.push(("store_link_vs_inputs_and_output", json!(round3((l.tx + l.rx) as f64 / inputs_and_output))));
     }
     common(&mut e);
     figs.push((format!("ooc_hosts_{app}_gflops"), round3(gf), "GFLOP/s", None, e));

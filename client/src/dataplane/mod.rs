@@ -3,6 +3,7 @@
 //! each. A block is read straight into the `Vec<f64>` the caller gets and
 //! written straight from the caller's; the checksum is checked on arrival.
 
+mod cached;
 pub mod fdpass;
 mod peek;
 pub mod splice;
@@ -198,6 +199,10 @@ pub(crate) struct DataPlane {
     /// their puts go through the socket.
     no_pipes: std::sync::atomic::AtomicBool,
     peeked: PeekCounts,
+    /// A slave's block cache, through which its gets of one block under a
+    /// read lock go (TCP only: on the node's machine a get reads the
+    /// node's page cache through the file's descriptor already).
+    cache: std::sync::OnceLock<std::sync::Arc<crate::cache::BlockCache>>,
 }
 
 impl DataPlane {
@@ -211,6 +216,7 @@ impl DataPlane {
             idle: Mutex::new(Vec::new()),
             no_pipes: Default::default(),
             peeked: PeekCounts::default(),
+            cache: Default::default(),
         };
         let first = plane.open().await?;
         plane.give_back(first);
@@ -227,6 +233,7 @@ impl DataPlane {
             idle: Mutex::new(Vec::new()),
             no_pipes: true.into(),
             peeked: PeekCounts::default(),
+            cache: Default::default(),
         };
         let first = plane.open().await?;
         plane.give_back(first);
@@ -369,10 +376,21 @@ impl DataPlane {
         }
     }
 
+    /// Sends this plane's gets of one block under a read lock through
+    /// `cache` (a TCP plane's only); false where it does not.
+    pub(crate) fn attach_cache(&self, cache: std::sync::Arc<crate::cache::BlockCache>) -> bool {
+        !self.is_local() && (self.cache.set(cache).is_ok() || self.cache.get().is_some())
+    }
+
     pub(crate) async fn get(&self, action: u64, matrix: Uuid, i: u32, j: u32, for_update: bool) -> Result<BlockData> {
         // On the node's machine the node hands over the version file and
         // the payload never crosses a socket.
         let local = matches!(self.target, Target::Unix(_));
+        if let Some(cache) = self.cache.get() {
+            if !for_update {
+                return self.get_cached(cache, action, matrix, i, j).await;
+            }
+        }
         let op = match (local, for_update) {
             (false, false) => Op::Get,
             (false, true) => Op::GetForUpdate,
@@ -386,6 +404,9 @@ impl DataPlane {
             self.get_on(&mut s, &Request::get(op, action, matrix, i, j, 0)).await?
         };
         self.give_back(s);
+        if let (Some(cache), Ok(b)) = (self.cache.get(), &answer) {
+            cache.count_store(b.data.len() * 8);
+        }
         answer
     }
 

@@ -48,6 +48,20 @@
 //!         ok put / spliced put / pipe / hello: len = 0
 //!         ok call: len bytes of the method's protobuf reply
 //!         error: len bytes of ErrorDetail (protobuf), see StoreError::to_detail
+//!
+//! cached get (a slave's block cache, [`CachedGet`]): op 11, one block
+//!         under a read lock; the body follows the request:
+//!         have u64 | flags u32 | self_len u16 | bad_len u16 | self | bad
+//!         (have: the write stamp of the version the client holds, 0 for
+//!         none; self: the address the client serves its cache to peers
+//!         at; bad: a peer that failed it, [`CachedGet`]'s flags say how)
+//!   ok:   len = 40 + extra: the version's stored header with its write
+//!         stamp | kind u32 | extra_len u32, then for kind 0 (data) the
+//!         payload, kind 1 (unchanged) nothing, kind 2 (peer) the
+//!         address of a peer that holds this version
+//! peer get (slave to slave, the same hello and token): op 12, matrix,
+//!         i, j; body: stamp u64; ok: the version's stored form with its
+//!         stamp; `NotFound` when the peer no longer holds it
 //! ```
 //!
 //! Every length is checked against the block limits before anything is
@@ -65,8 +79,9 @@ pub const REPLY_MAGIC: [u8; 4] = *b"FTBR";
 /// with shapes ([`shape_only`]); 7: blocks' checksums are XXH3's
 /// (`block::checksum`), not CRC-32C; 8: a local get of one block may
 /// name the next block's committed version ([`Peek`]) and answer its
-/// version's write stamp ([`STAMP_WANTED`]).
-pub const VERSION: u16 = 8;
+/// version's write stamp ([`STAMP_WANTED`]); 9: cached gets and peer gets
+/// ([`Op::GetCached`], [`Op::PeerGet`]).
+pub const VERSION: u16 = 9;
 pub const REQUEST_LEN: usize = 56;
 pub const REPLY_LEN: usize = 16;
 /// Longest token a hello may carry.
@@ -155,6 +170,11 @@ pub enum Op {
     Pipe = 9,
     /// `Put` whose payload comes through the connection's pipe.
     PutSpliced = 10,
+    /// `Get` by a client that caches blocks ([`CachedGet`]): no payload
+    /// when it holds the current version, or a peer that holds it.
+    GetCached = 11,
+    /// A slave's get of a version a peer slave caches (never to a node).
+    PeerGet = 12,
 }
 
 /// The gRPC methods a data-plane call may name: the control calls a
@@ -254,6 +274,8 @@ impl Request {
             8 => Op::GetMany,
             9 => Op::Pipe,
             10 => Op::PutSpliced,
+            11 => Op::GetCached,
+            12 => Op::PeerGet,
             other => return Err(WireError::BadOp(other)),
         };
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
@@ -418,6 +440,99 @@ impl Peek {
     }
 }
 
+/// The body of a cached get ([`Op::GetCached`]).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct CachedGet {
+    /// The write stamp of the version the client holds (0: none).
+    pub have: u64,
+    /// The client takes a peer's address instead of the payload.
+    pub peers_ok: bool,
+    /// `bad` did not answer (dead, stopped, refused): forget it for every
+    /// block.
+    pub bad_peer_dead: bool,
+    /// `bad` sent this version with a wrong checksum (or did not hold it):
+    /// forget it for this version.
+    pub bad_peer_version: bool,
+    /// Where the client serves its cache to peers (empty: it does not).
+    pub own_addr: String,
+    /// The peer the flags above are about.
+    pub bad: String,
+}
+
+/// Longest address a cached get may carry.
+pub const MAX_ADDR: usize = 256;
+
+impl CachedGet {
+    pub fn encode(&self) -> Vec<u8> {
+        let flags = self.peers_ok as u32 | (self.bad_peer_dead as u32) << 1 | (self.bad_peer_version as u32) << 2;
+        let mut b = Vec::with_capacity(16 + self.own_addr.len() + self.bad.len());
+        b.extend_from_slice(&self.have.to_le_bytes());
+        b.extend_from_slice(&flags.to_le_bytes());
+        b.extend_from_slice(&(self.own_addr.len().min(MAX_ADDR) as u16).to_le_bytes());
+        b.extend_from_slice(&(self.bad.len().min(MAX_ADDR) as u16).to_le_bytes());
+        b.extend_from_slice(&self.own_addr.as_bytes()[..self.own_addr.len().min(MAX_ADDR)]);
+        b.extend_from_slice(&self.bad.as_bytes()[..self.bad.len().min(MAX_ADDR)]);
+        b
+    }
+
+    /// The fixed part: `have`, the flags and the two lengths to read next
+    /// (each checked against [`MAX_ADDR`]).
+    pub fn decode_head(b: &[u8; 16]) -> Option<(CachedGet, usize, usize)> {
+        let flags = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
+        let own = u16::from_le_bytes([b[12], b[13]]) as usize;
+        let bad = u16::from_le_bytes([b[14], b[15]]) as usize;
+        if own > MAX_ADDR || bad > MAX_ADDR {
+            return None;
+        }
+        let get = CachedGet {
+            have: u64::from_le_bytes(b[0..8].try_into().expect("8 bytes")),
+            peers_ok: flags & 1 != 0,
+            bad_peer_dead: flags & 2 != 0,
+            bad_peer_version: flags & 4 != 0,
+            own_addr: String::new(),
+            bad: String::new(),
+        };
+        Some((get, own, bad))
+    }
+}
+
+/// What a cached get's reply is, after its stored header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum CachedKind {
+    /// The payload follows.
+    Data = 0,
+    /// The client holds this version: nothing follows.
+    Unchanged = 1,
+    /// A peer's address follows.
+    Peer = 2,
+}
+
+/// A cached get's reply head: 32 + 8 bytes.
+pub const CACHED_HEAD_LEN: usize = HEADER_LEN + 8;
+
+pub fn encode_cached_head(header: &BlockHeader, stamp: u64, kind: CachedKind, extra: u32) -> [u8; CACHED_HEAD_LEN] {
+    let mut b = [0u8; CACHED_HEAD_LEN];
+    b[..HEADER_LEN].copy_from_slice(&header.encode_stamped(stamp));
+    b[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&(kind as u32).to_le_bytes());
+    b[HEADER_LEN + 4..].copy_from_slice(&extra.to_le_bytes());
+    b
+}
+
+/// `None`: not a block header, a side past [`MAX_BLOCK_SIDE`], or an
+/// unknown kind.
+pub fn decode_cached_head(b: &[u8; CACHED_HEAD_LEN]) -> Option<(BlockHeader, u64, CachedKind, u32)> {
+    let header = block::decode_header(&b[..HEADER_LEN]).filter(|h| h.rows <= MAX_BLOCK_SIDE && h.cols <= MAX_BLOCK_SIDE)?;
+    let stamp = block::stamp(&b[..HEADER_LEN])?;
+    let kind = match u32::from_le_bytes(b[HEADER_LEN..HEADER_LEN + 4].try_into().expect("4 bytes")) {
+        0 => CachedKind::Data,
+        1 => CachedKind::Unchanged,
+        2 => CachedKind::Peer,
+        _ => return None,
+    };
+    Some((header, stamp, kind, u32::from_le_bytes(b[HEADER_LEN + 4..].try_into().expect("4 bytes"))))
+}
+
 /// The blocks a local get of many names, from its body.
 pub fn decode_many(body: &[u8]) -> Vec<(u32, u32)> {
     body.chunks_exact(8)
@@ -503,10 +618,34 @@ mod tests {
     }
 
     #[test]
+    fn cached_gets_round_trip() {
+        let g = CachedGet {
+            have: u64::MAX - 1,
+            peers_ok: true,
+            bad_peer_dead: false,
+            bad_peer_version: true,
+            own_addr: "10.0.0.1:5".into(),
+            bad: "x:1".into(),
+        };
+        let b = g.encode();
+        let (mut got, own, bad) = CachedGet::decode_head(b[..16].try_into().unwrap()).unwrap();
+        got.own_addr = String::from_utf8(b[16..16 + own].to_vec()).unwrap();
+        got.bad = String::from_utf8(b[16 + own..16 + own + bad].to_vec()).unwrap();
+        assert_eq!(got, g);
+        let h = BlockHeader { rows: 4, cols: 5, checksum: 77 };
+        for kind in [CachedKind::Data, CachedKind::Unchanged, CachedKind::Peer] {
+            assert_eq!(decode_cached_head(&encode_cached_head(&h, 99, kind, 12)), Some((h, 99, kind, 12)));
+        }
+        let mut bad = encode_cached_head(&h, 99, CachedKind::Data, 0);
+        bad[HEADER_LEN] = 3;
+        assert_eq!(decode_cached_head(&bad), None);
+    }
+
+    #[test]
     fn garbage_is_refused_before_any_allocation() {
         let mut b = Request::get(Op::Get, 1, Uuid::nil(), 0, 0, 0).encode();
-        b[4] = 11;
-        assert_eq!(Request::decode(&b), Err(WireError::BadOp(11)));
+        b[4] = 13;
+        assert_eq!(Request::decode(&b), Err(WireError::BadOp(13)));
         b[4] = 0;
         assert_eq!(Request::decode(&b), Err(WireError::BadOp(0)));
         b[0] = b'X';
