@@ -298,6 +298,8 @@ pub(crate) struct Cluster {
     store: Child,
     config: ClusterConfig,
     slaves: Vec<SlaveProc>,
+    /// Slaves stopped with SIGSTOP ([`Cluster::stop_slave`]).
+    stopped: Vec<SlaveProc>,
     started: usize,
 }
 
@@ -355,7 +357,7 @@ impl Cluster {
         let client = rt
             .block_on(connect(&config.placement, &addr, Duration::from_secs(20)))
             .with_context(|| format!("connecting to the store node at {addr}"))?;
-        let mut c = Cluster { bin, rt, client, addr, dir, store, config, slaves: Vec::new(), started: 0 };
+        let mut c = Cluster { bin, rt, client, addr, dir, store, config, slaves: Vec::new(), stopped: Vec::new(), started: 0 };
         for _ in 0..c.config.slaves {
             c.spawn_slave()?;
         }
@@ -414,6 +416,30 @@ impl Cluster {
         s.child.kill().with_context(|| format!("killing {}", s.name))?;
         let _ = s.child.wait();
         Ok(pid)
+    }
+
+    /// SIGSTOPs slave `index` and sets it aside (no longer in
+    /// [`Cluster::slave_pids`]) until [`Cluster::resume_slave`]; returns
+    /// its pid.
+    pub(crate) fn stop_slave(&mut self, index: usize) -> anyhow::Result<u32> {
+        if index >= self.slaves.len() {
+            bail!("no slave {index} (have {})", self.slaves.len());
+        }
+        let s = self.slaves.remove(index);
+        let pid = s.child.id();
+        signal(pid, nix::sys::signal::Signal::SIGSTOP).with_context(|| format!("stopping {}", s.name))?;
+        self.stopped.push(s);
+        Ok(pid)
+    }
+
+    /// SIGCONTs a slave [`Cluster::stop_slave`] stopped; it is a live
+    /// slave again.
+    pub(crate) fn resume_slave(&mut self, pid: u32) -> anyhow::Result<()> {
+        let at = self.stopped.iter().position(|s| s.child.id() == pid).with_context(|| format!("no stopped slave {pid}"))?;
+        let s = self.stopped.remove(at);
+        signal(pid, nix::sys::signal::Signal::SIGCONT).with_context(|| format!("resuming {}", s.name))?;
+        self.slaves.push(s);
+        Ok(())
     }
 
     /// Pids of the live slaves, in start order.
@@ -561,6 +587,23 @@ impl Cluster {
         })
     }
 
+    /// Whether the job has ended (finished or failed), without waiting.
+    pub(crate) fn job_ended(&self, job: Uuid) -> anyhow::Result<bool> {
+        self.rt.block_on(async {
+            Ok(self.client.peek_small(&record::finished_key(job)).await?.is_some()
+                || self.client.peek_small(&record::failed_key(job)).await?.is_some())
+        })
+    }
+
+    /// The number of tasks the job's plan has.
+    pub(crate) fn planned_tasks(&self, job: Uuid) -> anyhow::Result<usize> {
+        self.rt.block_on(async {
+            let raw = self.client.peek_small(&record::job_key(job)).await?.with_context(|| format!("no job {job}"))?;
+            let rec: JobRecord = serde_json::from_slice(&raw).context("unreadable job record")?;
+            Ok(rec.total_tasks())
+        })
+    }
+
     /// Submit, then wait.
     pub(crate) fn run_job(&self, submit_args: &[&str], timeout: Duration) -> anyhow::Result<JobResult> {
         let id = self.submit(submit_args)?;
@@ -570,7 +613,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        for s in &mut self.slaves {
+        for s in self.slaves.iter_mut().chain(&mut self.stopped) {
             let _ = s.child.kill();
             let _ = s.child.wait();
         }
@@ -578,6 +621,10 @@ impl Drop for Cluster {
         let _ = self.store.wait();
         keep_logs(self.dir.path());
     }
+}
+
+fn signal(pid: u32, sig: nix::sys::signal::Signal) -> nix::Result<()> {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig)
 }
 
 /// With `FTBAG_KEEP_LOGS=DIR`, copies a cluster's process logs (store

@@ -14,6 +14,7 @@ mod queue_cmd;
 mod raytrace_cmd;
 mod recovery_cmd;
 mod report;
+mod soak_cmd;
 mod store_node;
 mod validate_cmd;
 
@@ -46,6 +47,8 @@ enum Command {
     Ooc(ooc_cmd::Args),
     /// Ray tracing with 2 slaves at several grains vs a single-process render.
     Raytrace(raytrace_cmd::Args),
+    /// Every app in turn under seeded slave kills, zombies and store-node kills; checks exactly-once.
+    Soak(soak_cmd::Args),
     /// One co-running kernel copy of `bench params` (internal).
     #[command(hide = true)]
     CorunCopy(corun::CopyArgs),
@@ -65,5 +68,6 @@ fn main() -> anyhow::Result<()> {
         Command::Ooc(args) => ooc_cmd::run(args),
         Command::CorunCopy(args) => corun::run_copy(args),
         Command::Raytrace(args) => raytrace_cmd::run(args),
+        Command::Soak(args) => soak_cmd::run(args),
     }
 }

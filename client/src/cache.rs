@@ -281,7 +281,7 @@ impl BlockCache {
             return Ok(p.clone());
         }
         let addr = peer.parse().map_err(|_| StoreError::InvalidArgument { what: format!("peer address {peer:?}") })?;
-        let plane = Arc::new(DataPlane::connect(Target::Tcp(addr), Some(&self.token), None).await?);
+        let plane = Arc::new(DataPlane::connect(Target::Tcp(addr), Some(&self.token), None, None).await?);
         self.peer_planes.lock().unwrap_or_else(|p| p.into_inner()).insert(peer.to_owned(), plane.clone());
         Ok(plane)
     }

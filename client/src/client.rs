@@ -157,8 +157,6 @@ pub struct Client {
     /// The node's block data plane; `None`: blocks go over gRPC.
     plane: Option<Arc<DataPlane>>,
     options: ConnectOptions,
-    /// Whether calls go over the node's Unix socket.
-    local_calls: bool,
 }
 
 impl Client {
@@ -173,10 +171,11 @@ impl Client {
     /// `IncompatibleBuild` for a node of another build.
     ///
     /// A client on the node's own host (same machine and network
-    /// namespace, whatever address it was given) makes its calls and moves
-    /// its blocks over the node's Unix sockets, once the node has answered
-    /// over them with its own id; elsewhere, or with `options.local` off,
-    /// over TCP (and TLS, when `options.tls` is set).
+    /// namespace, whatever address it was given) moves its blocks and
+    /// makes its tasks' calls over the node's Unix socket, once the node
+    /// has answered there with its own id; elsewhere, or with
+    /// `options.local` off, over TCP (and TLS, when `options.tls` is set).
+    /// Other calls (sessions, matrices) take gRPC over TCP.
     pub async fn connect_with(addr: &str, options: &ConnectOptions) -> Result<Client> {
         let auth = bearer(options.token.as_deref())?;
         let (host, _) = split_host_port(addr)?;
@@ -187,40 +186,43 @@ impl Client {
             endpoint = endpoint.tls_config(tls.grpc(host)).map_err(|e| StoreError::InvalidArgument { what: format!("TLS: {e}") })?;
         }
         let channel = configure(endpoint).connect().await.map_err(|e| connect_failed(addr, options, &e))?;
-        let auth = Auth(auth);
-        let mut rpc = rpc_over(channel, auth.clone());
+        let rpc = rpc_over(channel, Auth(auth));
         let info = data_plane_info(&rpc).await.map_err(|e| first_call_failed(addr, options, e))?;
-        let mut client = Client { rpc: rpc.clone(), addr: addr.to_owned(), plane: None, options: options.clone(), local_calls: false };
+        let mut client = Client { rpc, addr: addr.to_owned(), plane: None, options: options.clone() };
         let Some(info) = info else { return Ok(client) };
         if info.wire_version != 0 && info.wire_version != u32::from(wire::own_version()) {
             return Err(StoreError::IncompatibleBuild { client: wire::own_version(), node: info.wire_version as u16 });
         }
-        if options.local && !info.host_id.is_empty() && info.host_id == host_identity() && !info.rpc_unix_path.is_empty() {
-            match local_rpc(&info, auth).await {
-                Ok(local) => (rpc, client.local_calls) = (local, true),
-                // The node's host, but its socket is not reachable from
-                // here (another mount namespace, say).
-                Err(e) => tracing::debug!("no local gRPC socket ({e}); calls go over TCP"),
-            }
-        }
-        client.rpc = rpc;
         if options.blocks == BlocksOver::DataPlane {
-            client.plane = connect_data_plane(&info, addr, options, client.local_calls).await?;
+            client.plane = connect_data_plane(&info, addr, options).await?;
         }
         Ok(client)
     }
 
-    /// Connects to the gRPC Unix socket of a node on this host (its
-    /// `<data>/rpc.sock`) for control calls only: no data plane, blocks
-    /// over gRPC. For the node's own process (`master serve --http`),
-    /// which reads what `master status` reads without a certificate of
-    /// its own, whatever TLS its TCP ports serve.
-    pub async fn connect_unix(path: &std::path::Path, token: Option<&str>) -> Result<Client> {
+    /// Connects to a node in this very process through `connect`, which
+    /// hands the node one end of a new in-memory stream and returns the
+    /// other (`store::Running::client`): control calls only, blocks over
+    /// gRPC. For the node's own dashboard (`master serve --http`), which
+    /// reads what `master status` reads without a certificate of its own,
+    /// whatever TLS the node's ports serve.
+    pub async fn connect_in_process<F, Fut>(connect: F, token: Option<&str>) -> Result<Client>
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = std::io::Result<tokio::io::DuplexStream>> + Send + 'static,
+    {
         let auth = bearer(token)?;
-        let channel = unix_channel(path.to_owned()).await?;
-        let shown = path.display().to_string();
+        let connect = Arc::new(connect);
+        let connector = tower::service_fn(move |_: tonic::transport::Uri| {
+            let stream = connect();
+            async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream.await?)) }
+        });
+        // The URI only fills in the requests' :authority; the connector ignores it.
+        let channel = configure(Endpoint::from_static("http://in-process"))
+            .connect_with_connector(connector)
+            .await
+            .map_err(|e| StoreError::StoreUnavailable { what: format!("the node in this process: {e}") })?;
         let options = ConnectOptions { token: token.map(str::to_owned), blocks: BlocksOver::Grpc, ..ConnectOptions::default() };
-        Ok(Client { rpc: rpc_over(channel, Auth(auth)), addr: shown, plane: None, options, local_calls: true })
+        Ok(Client { rpc: rpc_over(channel, Auth(auth)), addr: "in-process".into(), plane: None, options })
     }
 
     /// This client with blocks over the gRPC stream RPCs instead of the
@@ -235,7 +237,10 @@ impl Client {
     /// node's machine (to compare with its Unix socket).
     pub async fn blocks_over_tcp(mut self) -> Result<Client> {
         self.plane = match data_plane_info(&self.rpc).await? {
-            Some(info) => connect_data_plane(&info, &self.addr, &self.options, false).await?,
+            Some(info) => {
+                let options = ConnectOptions { local: false, ..self.options.clone() };
+                connect_data_plane(&info, &self.addr, &options).await?
+            }
             None => None,
         };
         Ok(self)
@@ -249,12 +254,6 @@ impl Client {
             self.plane = Some(Arc::new(plane.without_pipes().await?));
         }
         Ok(self)
-    }
-
-    /// Whether calls go over the node's Unix socket (a client on the
-    /// node's host).
-    pub fn calls_locally(&self) -> bool {
-        self.local_calls
     }
 
     /// Sends this client's gets of one block under a read lock through
@@ -890,43 +889,20 @@ fn bearer(token: Option<&str>) -> Result<Option<MetadataValue<Ascii>>> {
         .transpose()
 }
 
-/// A gRPC channel over the Unix socket at `path`.
-async fn unix_channel(path: std::path::PathBuf) -> Result<Channel> {
-    let shown = path.display().to_string();
-    let connector = tower::service_fn(move |_: tonic::transport::Uri| {
-        let path = path.clone();
-        async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
-    });
-    // The URI only fills in the requests' :authority; the connector ignores it.
-    configure(Endpoint::from_static("http://localhost"))
-        .connect_with_connector(connector)
-        .await
-        .map_err(|e| StoreError::StoreUnavailable { what: format!("the node's Unix socket {shown}: {e}") })
-}
-
-async fn local_rpc(info: &proto::DataPlaneInfo, auth: Auth) -> Result<Rpc> {
-    let channel = unix_channel(std::path::PathBuf::from(&info.rpc_unix_path)).await?;
-    let rpc = rpc_over(channel, auth);
-    match data_plane_info(&rpc).await? {
-        Some(there) if !info.node_id.is_empty() && there.node_id == info.node_id && there.unix_path == info.unix_path => Ok(rpc),
-        _ => Err(StoreError::StoreUnavailable { what: format!("{} is another node's socket", info.rpc_unix_path) }),
-    }
-}
-
-/// Opens the data plane `info` describes: its Unix socket when `local`
-/// (the node's Unix gRPC socket answered with its id, so this socket
-/// beside it is the same node's), else its TCP port on the host of `addr`.
-async fn connect_data_plane(
-    info: &proto::DataPlaneInfo,
-    addr: &str,
-    options: &ConnectOptions,
-    local: bool,
-) -> Result<Option<Arc<DataPlane>>> {
+/// Opens the data plane `info` describes: its Unix socket on the node's
+/// own host (decided by identity, never by address: the host's boot id and
+/// network namespace; and the socket must answer with the node's id),
+/// else its TCP port on the host of `addr`.
+async fn connect_data_plane(info: &proto::DataPlaneInfo, addr: &str, options: &ConnectOptions) -> Result<Option<Arc<DataPlane>>> {
     let token = options.token.as_deref();
-    if local && !info.unix_path.is_empty() {
-        match DataPlane::connect(Target::Unix(info.unix_path.clone().into()), token, None).await {
+    let same_host = !info.host_id.is_empty() && info.host_id == host_identity();
+    let node = Uuid::from_slice(&info.node_id).ok();
+    if options.local && same_host && !info.unix_path.is_empty() && node.is_some() {
+        match DataPlane::connect(Target::Unix(info.unix_path.clone().into()), token, None, node).await {
             Ok(plane) => return Ok(Some(Arc::new(plane))),
             Err(e @ StoreError::Unauthenticated { .. }) => return Err(e),
+            // The node's host, but its socket is not reachable from here
+            // (another mount namespace, say), or is another node's.
             Err(e) => tracing::debug!("no local data plane ({e}); blocks go over TCP"),
         }
     }
@@ -942,7 +918,7 @@ async fn connect_data_plane(
         Some(tls) => Some((tls.connector(), ClientTls::server_name(host)?)),
         None => None,
     };
-    Ok(Some(Arc::new(DataPlane::connect(Target::Tcp(plane_addr), token, tls).await?)))
+    Ok(Some(Arc::new(DataPlane::connect(Target::Tcp(plane_addr), token, tls, None).await?)))
 }
 
 /// Writes a block under an overwrite lock of `action`: over the data plane

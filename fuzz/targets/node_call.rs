@@ -31,7 +31,9 @@ fn fixture() -> &'static Fixture {
             let mut conn = UnixConn::connect(&dir.path().join(store::DATA_SOCKET)).await.expect("the data socket");
             conn.write_all(&wire::encode_hello(b"")).await.expect("hello");
             let (ok, len) = reply(&mut conn).await;
-            assert!(ok && len == 0, "the hello is answered");
+            assert!(ok && len == wire::NODE_ID_LEN, "the hello is answered with the node's id");
+            let mut id = [0u8; wire::NODE_ID_LEN as usize];
+            conn.read_exact(&mut id).await.expect("the node's id");
             (node, conn)
         });
         Fixture { rt, _dir: dir, _node: node, conn: tokio::sync::Mutex::new(conn) }

@@ -30,7 +30,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("store node at {} ({})", client.addr(), if s.tls { "TLS" } else { "plaintext" });
-    println!("sessions opened:        {} over TCP, {} over its Unix socket", s.tcp_sessions, s.unix_sessions);
+    println!("sessions opened:        {} over TCP, {} from its own process", s.tcp_sessions, s.unix_sessions);
     println!("data-plane connections: {} over TCP, {} over its Unix socket", s.data_tcp_connections, s.data_unix_connections);
     println!("connections refused:    {} (bad token, hello or TLS handshake)", s.refused_connections);
     Ok(())

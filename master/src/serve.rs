@@ -104,12 +104,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     config.node.crash_after_batch = args.crash_after_batch;
     config.node.fail_sync_and_undo = args.fail_sync_and_undo;
     let (tls, token) = (config.tls.is_some(), config.token.is_some());
-    let web = args.http.map(|listen| crate::web::Options {
-        listen,
-        token: config.token.clone(),
-        tls: config.tls.clone(),
-        rpc_socket: args.data.join(store::RPC_SOCKET),
-    });
+    let web = args.http.map(|listen| crate::web::Options { listen, token: config.token.clone(), tls: config.tls.clone() });
     if let Some(w) = &web {
         if !w.listen.ip().is_loopback() && !token && !args.insecure {
             anyhow::bail!("refusing to serve --http {} without a cluster token: give --token (or --insecure)", w.listen);
@@ -117,7 +112,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     }
     let running = store::start(config).await.context("starting the store node")?;
     let web = match web {
-        Some(w) => Some(crate::web::start(w).await.context("starting the dashboard (--http)")?),
+        Some(w) => {
+            let client = running.client(w.token.as_deref()).await.context("the dashboard's client of the node")?;
+            Some(crate::web::start(w, client).await.context("starting the dashboard (--http)")?)
+        }
         None => None,
     };
     // A line on stdout that scripts and tests can wait for.

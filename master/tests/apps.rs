@@ -12,190 +12,12 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use job_record::{self as record, JobRecord, TaskDone};
+use job_record as record;
 use rand::{Rng, SeedableRng};
-use store_client::{BlockData, Client};
-use support::{create_kind, kill_child, master, master_ok, runtime, slave, StoreProc};
+use store_client::BlockData;
+use support::dense::*;
+use support::{create_kind, kill_child, master, master_ok, slave};
 use uuid::Uuid;
-
-// ---------------------------------------------------------------------------
-// Dense matrices, .npy files and the in-core reference computations.
-
-/// A dense column-major matrix.
-#[derive(Clone, Debug, PartialEq)]
-struct Mat {
-    rows: usize,
-    cols: usize,
-    data: Vec<f64>,
-}
-
-impl Mat {
-    fn zeros(rows: usize, cols: usize) -> Mat {
-        Mat { rows, cols, data: vec![0.0; rows * cols] }
-    }
-    fn get(&self, r: usize, c: usize) -> f64 {
-        self.data[r + c * self.rows]
-    }
-    fn set(&mut self, r: usize, c: usize, v: f64) {
-        self.data[r + c * self.rows] = v;
-    }
-    fn frob(&self) -> f64 {
-        self.data.iter().map(|x| x * x).sum::<f64>().sqrt()
-    }
-    /// `‖self − other‖_F / ‖other‖_F`.
-    fn rel_diff(&self, other: &Mat) -> f64 {
-        assert_eq!((self.rows, self.cols), (other.rows, other.cols));
-        let d: f64 = self.data.iter().zip(&other.data).map(|(x, y)| (x - y) * (x - y)).sum::<f64>().sqrt();
-        d / other.frob()
-    }
-}
-
-/// Reads a 2-D `<f8` .npy file (either order), by hand.
-fn read_npy(path: &Path) -> Mat {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    assert_eq!(&bytes[..6], b"\x93NUMPY", "{}: not a .npy file", path.display());
-    let (hlen, start) = match bytes[6] {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        _ => (u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize, 12),
-    };
-    let header = std::str::from_utf8(&bytes[start..start + hlen]).unwrap();
-    assert!(header.contains("'descr': '<f8'"), "{header}");
-    let fortran = header.contains("'fortran_order': True");
-    let shape = header.split("'shape': (").nth(1).and_then(|s| s.split(')').next()).unwrap();
-    let dims: Vec<usize> = shape.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect();
-    let (rows, cols) = (dims[0], dims[1]);
-    let vals: Vec<f64> = bytes[start + hlen..].chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
-    assert_eq!(vals.len(), rows * cols, "{}: data length", path.display());
-    if fortran {
-        return Mat { rows, cols, data: vals };
-    }
-    let mut m = Mat::zeros(rows, cols);
-    for r in 0..rows {
-        for c in 0..cols {
-            m.set(r, c, vals[r * cols + c]);
-        }
-    }
-    m
-}
-
-/// Reads a 1-D `<i8` .npy file (a permutation), by hand.
-fn read_perm_npy(path: &Path) -> Vec<usize> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00", "{}: not a version-1 .npy file", path.display());
-    let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-    let header = std::str::from_utf8(&bytes[10..10 + hlen]).unwrap();
-    assert!(header.contains("'descr': '<i8'"), "{header}");
-    let len: usize = header.split("'shape': (").nth(1).and_then(|s| s.split(',').next()).unwrap().trim().parse().unwrap();
-    let vals: Vec<usize> = bytes[10 + hlen..].chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap()) as usize).collect();
-    assert_eq!(vals.len(), len);
-    vals
-}
-
-/// Writes a Fortran-order `<f8` .npy file (version 1.0).
-fn write_npy(path: &Path, m: &Mat) {
-    let mut dict = format!("{{'descr': '<f8', 'fortran_order': True, 'shape': ({}, {}), }}", m.rows, m.cols);
-    let total = 10 + dict.len() + 1;
-    dict.push_str(&" ".repeat((64 - total % 64) % 64));
-    dict.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
-    out.extend_from_slice(dict.as_bytes());
-    for x in &m.data {
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    std::fs::write(path, out).unwrap();
-}
-
-/// Runs `f` (a LAPACK call) the way the slaves run theirs: OpenBLAS on
-/// one thread, one call at a time in this process, on a thread with a
-/// 64 MiB stack (`apps::kernels::on_lapack_stack`). The test threads called the threaded OpenBLAS 0.3.21 side
-/// by side on 2 MiB stacks: twice in 14 runs of this file on 2026-11-25
-/// the process died of a SIGSEGV in `libopenblasp` (`sub rsp, 0x840c0`
-/// at the fault, a 540 KB frame), and with only the big stack one run in
-/// eleven hung in the reference `dgetrf`. A dead test process left its
-/// store nodes and slaves holding its output pipe, so the run looked hung
-/// too (`support::dies_with_test` now ends them).
-fn reference_lapack(f: impl FnOnce() + Send) {
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    static ONE_THREAD: std::sync::Once = std::sync::Once::new();
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    // Under the lock: no other BLAS call is running.
-    ONE_THREAD.call_once(|| apps::kernels::set_blas_threads(1));
-    apps::kernels::on_lapack_stack(f);
-}
-
-/// In-core LAPACK dpotrf: the lower factor, upper triangle zero.
-fn lapack_cholesky(a: &Mat) -> Mat {
-    let n = a.rows;
-    let mut l = a.clone();
-    let mut info = 0;
-    // SAFETY: n×n column-major with lda = n.
-    reference_lapack(|| unsafe { lapack::dpotrf(b'L', n as i32, &mut l.data, n as i32, &mut info) });
-    assert_eq!(info, 0, "LAPACK dpotrf of the input failed");
-    for c in 1..n {
-        for r in 0..c {
-            l.set(r, c, 0.0);
-        }
-    }
-    l
-}
-
-/// In-core LAPACK dgetrf: packed factors and the 0-based interchanges.
-fn lapack_lu(a: &Mat) -> (Mat, Vec<u64>) {
-    let n = a.rows;
-    let mut lu = a.clone();
-    let mut ipiv = vec![0i32; n];
-    let mut info = 0;
-    // SAFETY: n×n column-major with lda = n, ipiv of length n.
-    reference_lapack(|| unsafe { lapack::dgetrf(n as i32, n as i32, &mut lu.data, n as i32, &mut ipiv, &mut info) });
-    assert_eq!(info, 0, "LAPACK dgetrf of the input failed");
-    (lu, ipiv.iter().map(|&p| (p - 1) as u64).collect())
-}
-
-/// `‖A − L·Lᵀ‖_F / ‖A‖_F`, summed here element by element.
-fn cholesky_residual(a: &Mat, l: &Mat) -> f64 {
-    let n = a.rows;
-    let mut num = 0.0;
-    for j in 0..n {
-        for i in 0..n {
-            let s: f64 = (0..=i.min(j)).map(|k| l.get(i, k) * l.get(j, k)).sum();
-            num += (a.get(i, j) - s).powi(2);
-        }
-    }
-    num.sqrt() / a.frob()
-}
-
-/// Row permutation of a sequence of interchanges: row `r` of `P·A` is row
-/// `perm[r]` of A.
-fn permutation(swaps: &[u64]) -> Vec<usize> {
-    let mut perm: Vec<usize> = (0..swaps.len()).collect();
-    for (r, &g) in swaps.iter().enumerate() {
-        perm.swap(r, g as usize);
-    }
-    perm
-}
-
-/// `‖P·A − L·U‖_F / ‖A‖_F` with L unit lower and U upper packed in `lu`.
-fn lu_residual(a: &Mat, lu: &Mat, perm: &[usize]) -> f64 {
-    let n = a.rows;
-    assert_eq!(perm.len(), n);
-    let mut num = 0.0;
-    for c in 0..n {
-        for (r, &pr) in perm.iter().enumerate() {
-            let mut s = 0.0;
-            for k in 0..=r.min(c) {
-                let l = if k == r { 1.0 } else { lu.get(r, k) };
-                s += l * lu.get(k, c);
-            }
-            num += (a.get(pr, c) - s).powi(2);
-        }
-    }
-    num.sqrt() / a.frob()
-}
-
-fn upper_is_zero(l: &Mat) -> bool {
-    (1..l.cols).all(|c| (0..c.min(l.rows)).all(|r| l.get(r, c).to_bits() == 0))
-}
 
 /// The in-test checks are not vacuous: they pass the LAPACK factors and
 /// reject slightly wrong ones (no processes involved).
@@ -241,105 +63,24 @@ fn the_reference_checks_reject_a_wrong_factor() {
 // ---------------------------------------------------------------------------
 // The store node, slaves, jobs.
 
-/// A store node with a client of its own for the checks.
-struct Env {
-    store: StoreProc,
-    dir: tempfile::TempDir,
-    rt: tokio::runtime::Runtime,
-    client: Client,
+type Env = support::cluster::Cluster;
+
+/// `master matrix export NAME` and the matrix read back.
+fn export(env: &Env, name: &str) -> Mat {
+    let f = env.path(&format!("{name}.npy"));
+    master_ok(env.s(), &["matrix", "export", name, f.to_str().unwrap()]);
+    read_npy(&f)
 }
 
-impl Env {
-    fn start(extra: &[&str]) -> Env {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StoreProc::start(&dir.path().join("store"), extra);
-        let rt = runtime();
-        let client = rt.block_on(Client::connect(&store.addr, None)).unwrap();
-        Env { store, dir, rt, client }
+/// The interchanges of a pivoted LU job, concatenated over the panels
+/// (0-based global rows, LAPACK's `ipiv` order).
+fn pivots(env: &Env, job: Uuid, p: u32) -> Vec<u64> {
+    let mut all = Vec::new();
+    for k in 0..p {
+        let raw = env.peek(&apps::lu::pivots_key(job, k)).unwrap_or_else(|| panic!("pivots of panel {k} missing"));
+        all.extend(raw.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())));
     }
-
-    fn s(&self) -> &str {
-        &self.store.addr
-    }
-
-    fn path(&self, name: &str) -> std::path::PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// `master matrix export NAME` and the file read back.
-    fn export(&self, name: &str) -> Mat {
-        let f = self.path(&format!("{name}.npy"));
-        master_ok(self.s(), &["matrix", "export", name, f.to_str().unwrap()]);
-        read_npy(&f)
-    }
-
-    fn export_bytes(&self, name: &str) -> Vec<u8> {
-        let f = self.path(&format!("{name}.npy"));
-        master_ok(self.s(), &["matrix", "export", name, f.to_str().unwrap()]);
-        std::fs::read(f).unwrap()
-    }
-
-    fn peek(&self, key: &str) -> Option<Vec<u8>> {
-        self.rt.block_on(self.client.peek_small(key)).unwrap()
-    }
-
-    fn done(&self, job: Uuid) -> Vec<(String, TaskDone)> {
-        self.rt
-            .block_on(self.client.scan_small(&record::done_prefix(job), 0))
-            .unwrap()
-            .into_iter()
-            .map(|(k, v)| (k, serde_json::from_slice(&v).unwrap()))
-            .collect()
-    }
-
-    /// Waits until no element of `job`'s bags is held by an action, then
-    /// checks that none went to a dead-letter bag and that none was charged
-    /// an attempt: what a job's tasks did not commit is back in its bags.
-    fn assert_bags_settled(&self, job: Uuid, within: Duration) {
-        let bags = self.record(job).bags;
-        let stats = |b: &String| self.rt.block_on(self.client.bag_stats(b)).unwrap();
-        let start = Instant::now();
-        loop {
-            let taken: u64 = bags.iter().map(|b| stats(b).taken).sum();
-            if taken == 0 {
-                break;
-            }
-            assert!(start.elapsed() < within, "job {job}: {taken} element(s) still held after {within:?}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        for b in &bags {
-            assert_eq!(stats(b).dead, 0, "{b}: elements in the dead-letter bag");
-            for t in self.rt.block_on(self.client.list_bag(b)).unwrap() {
-                assert_eq!(t.attempts, 0, "{b}: element {} charged an attempt", t.seq);
-            }
-        }
-    }
-
-    fn record(&self, job: Uuid) -> JobRecord {
-        serde_json::from_slice(&self.peek(&record::job_key(job)).expect("job record")).unwrap()
-    }
-
-    /// Every task has exactly one done record with count 1, and there are
-    /// `expected` tasks (counted here from the shape, not from the plan).
-    fn assert_each_task_once(&self, job: Uuid, expected: usize) -> Vec<(String, TaskDone)> {
-        let done = self.done(job);
-        assert_eq!(done.len(), expected, "job {job}: {} task records, expected {expected}", done.len());
-        for (k, d) in &done {
-            assert_eq!(d.count, 1, "{k} committed {} times", d.count);
-        }
-        done
-    }
-
-    /// The interchanges of a pivoted LU job, concatenated over the panels
-    /// (0-based global rows, LAPACK's `ipiv` order).
-    fn pivots(&self, job: Uuid, p: u32) -> Vec<u64> {
-        let mut all = Vec::new();
-        for k in 0..p {
-            let raw = self.peek(&apps::lu::pivots_key(job, k)).unwrap_or_else(|| panic!("pivots of panel {k} missing"));
-            all.extend(raw.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())));
-        }
-        all
-    }
+    all
 }
 
 /// Submits with `master submit ARGS`; returns the job id.
@@ -510,14 +251,14 @@ fn cholesky_every_variant_and_size_matches_in_core_lapack() {
     for (idx, (n, b)) in [(96u64, 32u32), (100, 32), (150, 64), (40, 64)].into_iter().enumerate() {
         let a_name = format!("S{idx}");
         create_kind(s, &a_name, n, n, b, "spd", 30 + idx as u64);
-        let a = env.export(&a_name);
+        let a = export(&env, &a_name);
         let want = lapack_cholesky(&a);
         let bound = 1e-13 * n as f64;
         for variant in VARIANTS {
             let out = format!("L{idx}-{variant}");
             let job = submit(s, &["cholesky", &a_name, "--out", &out, "--variant", variant]);
             wait_ok(s, job);
-            let l = env.export(&out);
+            let l = export(&env, &out);
             assert!(upper_is_zero(&l), "{out}: upper triangle not zero");
             let res = cholesky_residual(&a, &l);
             let diff = l.rel_diff(&want);
@@ -544,7 +285,7 @@ fn lu_with_and_without_pivoting_matches_in_core_lapack() {
             let (a_name, kind) =
                 if pivot { (format!("R{idx}-{schedule}"), "random") } else { (format!("D{idx}-{schedule}"), "diag-dominant") };
             create_kind(s, &a_name, n, n, b, kind, 50 + idx as u64);
-            let a = env.export(&a_name);
+            let a = export(&env, &a_name);
             let (want, want_piv) = lapack_lu(&a);
             let out = format!("LU{idx}-{pivot}-{schedule}");
             let mut args = vec!["lu", a_name.as_str(), "--out", out.as_str(), "--schedule", schedule];
@@ -553,8 +294,8 @@ fn lu_with_and_without_pivoting_matches_in_core_lapack() {
             }
             let job = submit(s, &args);
             wait_ok(s, job);
-            let lu = env.export(&out);
-            let swaps = if pivot { env.pivots(job, p as u32) } else { (0..n).collect() };
+            let lu = export(&env, &out);
+            let swaps = if pivot { pivots(&env, job, p as u32) } else { (0..n).collect() };
             if pivot {
                 assert_eq!(swaps, want_piv, "n={n} b={b}: interchanges differ from LAPACK's");
                 let f = env.path(&format!("{out}.perm.npy"));
@@ -586,13 +327,13 @@ fn lu_tournament_pivoting_factors_and_exports_as_partial_pivoting_does() {
         let p = blocks(n, b);
         let a_name = format!("T{idx}");
         create_kind(s, &a_name, n, n, b, "random", 60 + idx as u64);
-        let a = env.export(&a_name);
+        let a = export(&env, &a_name);
         let (lapack, lapack_piv) = lapack_lu(&a);
         let out = format!("LUT{idx}");
         let job = submit(s, &["lu", &a_name, "--out", &out, "--pivot", "tournament"]);
         wait_ok(s, job);
-        let lu = env.export(&out);
-        let swaps = env.pivots(job, p as u32);
+        let lu = export(&env, &out);
+        let swaps = pivots(&env, job, p as u32);
         let f = env.path(&format!("{out}.perm.npy"));
         master_ok(s, &["matrix", "export", &format!("{out}.perm"), f.to_str().unwrap()]);
         assert_eq!(read_perm_npy(&f), permutation(&swaps), "n={n} b={b}: exported permutation");
@@ -769,7 +510,7 @@ fn lu_with_and_without_pivoting_survives_ten_kills_bit_identical_each_task_once(
             verify_ok(s, job, "‖PA − L·U‖_F/‖A‖_F");
             outs.push(env.export_bytes(&out));
             if pivot {
-                pivs.push(env.pivots(job, p as u32));
+                pivs.push(pivots(&env, job, p as u32));
             }
         }
         assert!(outs[0] == outs[1], "pivot={pivot} {schedule} {rule}: the factors after {KILLS} kills differ from the run without kills");
@@ -876,8 +617,8 @@ fn single_bag_waiters_time_out_when_the_slave_they_wait_on_is_killed() {
     assert!(rec(s00).attempts >= 1, "L(0,0) was redone after its slave died");
     assert!(waiters.iter_mut().all(|c| c.try_wait().unwrap().is_none()), "the waiters are alive");
     waiters.into_iter().for_each(kill_child);
-    let a = env.export("S");
-    let res = cholesky_residual(&a, &env.export("L"));
+    let a = export(&env, "S");
+    let res = cholesky_residual(&a, &export(&env, "L"));
     assert!(res <= 1e-13 * n as f64, "residual {res:e}");
 }
 

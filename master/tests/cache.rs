@@ -9,82 +9,22 @@ mod support;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use job_record::{self as record, ReadSources, TaskDone};
+use job_record::{ReadSources, TaskDone};
 use store_client::cache::BlockCache;
 use store_client::{BlockData, Client, ConnectOptions};
 use support::*;
 use uuid::Uuid;
 
-struct Env {
-    store: StoreProc,
-    dir: tempfile::TempDir,
-    rt: tokio::runtime::Runtime,
-    client: Client,
+type Env = support::cluster::Cluster;
+
+fn start() -> Env {
+    Env::start(&["--attempt-limit", "1000"])
 }
 
-impl Env {
-    fn start() -> Env {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StoreProc::start(&dir.path().join("store"), &["--attempt-limit", "1000"]);
-        let rt = runtime();
-        let client = rt.block_on(Client::connect(&store.addr, None)).unwrap();
-        Env { store, dir, rt, client }
-    }
-
-    fn s(&self) -> &str {
-        &self.store.addr
-    }
-
-    fn peek(&self, key: &str) -> Option<Vec<u8>> {
-        self.rt.block_on(self.client.peek_small(key)).unwrap()
-    }
-
-    fn done(&self, job: Uuid) -> Vec<TaskDone> {
-        self.rt
-            .block_on(self.client.scan_small(&record::done_prefix(job), 0))
-            .unwrap()
-            .into_iter()
-            .map(|(_, v)| serde_json::from_slice(&v).unwrap())
-            .collect()
-    }
-
-    fn ended(&self, job: Uuid) -> bool {
-        self.peek(&record::finished_key(job)).is_some() || self.peek(&record::failed_key(job)).is_some()
-    }
-
-    fn wait_ended(&self, job: Uuid, limit: Duration) {
-        let start = Instant::now();
-        while !self.ended(job) {
-            assert!(start.elapsed() < limit, "job {job} did not end within {limit:?} ({} tasks done)", self.done(job).len());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(self.peek(&record::failed_key(job)).is_none(), "job {job} failed");
-    }
-
-    /// Every one of `total` tasks committed once; the reads' sources.
-    fn each_task_once(&self, job: Uuid, total: usize) -> ReadSources {
-        let done = self.done(job);
-        assert_eq!(done.len(), total, "job {job}: {} task records", done.len());
-        assert!(done.iter().all(|d| d.count == 1), "job {job}: a task committed twice");
-        ReadSources::of(&done)
-    }
-
-    fn export(&self, name: &str) -> Vec<u8> {
-        let f = self.dir.path().join(format!("{name}.npy"));
-        master_ok(self.s(), &["matrix", "export", name, f.to_str().unwrap()]);
-        std::fs::read(f).unwrap()
-    }
-
-    fn verify(&self, job: Uuid) {
-        let out = master(self.s(), &["verify", &job.to_string()]);
-        assert!(out.status.success(), "verify {job}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    }
-
-    fn submit(&self, args: &[&str]) -> Uuid {
-        let mut full = vec!["submit"];
-        full.extend_from_slice(args);
-        master_ok(self.s(), &full).parse().unwrap()
-    }
+/// Every one of `total` tasks committed once; the reads' sources.
+fn each_task_once(env: &Env, job: Uuid, total: usize) -> ReadSources {
+    let done: Vec<TaskDone> = env.assert_each_task_once(job, total).into_iter().map(|(_, d)| d).collect();
+    ReadSources::of(&done)
 }
 
 /// A slave reading over TCP with a cache of `mib`, logging to `log`.
@@ -104,7 +44,7 @@ fn cached_slave(store: &str, name: &str, mib: u32, extra: &[&str], log: Option<&
 /// and peers served reads.
 #[test]
 fn apps_with_caches_and_kills_match_runs_without_each_task_once() {
-    let env = Env::start();
+    let env = start();
     let s = env.s();
     let seed = std::env::var("FT_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(7u64);
     eprintln!("seed {seed} (set FT_SEED to replay)");
@@ -140,13 +80,13 @@ fn apps_with_caches_and_kills_match_runs_without_each_task_once() {
             env.wait_ended(job, Duration::from_secs(30));
             assert!(made.len() >= kills, "{out}: only {} kills landed", made.len());
             let total = if total == 0 { env.done(job).len() } else { total };
-            let sources = env.each_task_once(job, total);
+            let sources = each_task_once(&env, job, total);
             if cached {
                 served.peers += sources.peers;
                 served.cache += sources.cache;
             }
             env.verify(job);
-            outs.push(env.export(&name));
+            outs.push(env.export_bytes(&name));
         }
         assert!(outs[0] == outs[1], "{out}: the result with caches and kills differs from the one without");
     }
@@ -158,7 +98,7 @@ fn apps_with_caches_and_kills_match_runs_without_each_task_once() {
 /// unchanged version comes from the cache.
 #[test]
 fn a_cached_block_overwritten_by_another_commit_is_never_served_stale() {
-    let env = Env::start();
+    let env = start();
     let s = env.s().to_owned();
     create_kind(&s, "M", 128, 128, 64, "random", 9);
     env.rt.block_on(async {
@@ -208,7 +148,7 @@ struct PeerRun {
 }
 
 fn peer_scenario(hook: &str) -> (PeerRun, ReadSources) {
-    let env = Env::start();
+    let env = start();
     let s = env.s().to_owned();
     create_kind(&s, "A", 512, 512, 128, "random", 1);
     create_kind(&s, "B", 512, 512, 128, "random", 2);
@@ -220,9 +160,9 @@ fn peer_scenario(hook: &str) -> (PeerRun, ReadSources) {
     let mut reader = cached_slave(&s, "reader", 256, &["--job", &second.to_string(), "--peer-timeout-ms", "1000"], Some(&reader_log));
     env.wait_ended(second, Duration::from_secs(120));
     kill_child_ref(&mut reader);
-    let sources = env.each_task_once(second, 16);
+    let sources = each_task_once(&env, second, 16);
     env.verify(second);
-    assert!(env.export("C1") == env.export("C2"), "{hook}: the second job's product differs from the first's");
+    assert!(env.export_bytes("C1") == env.export_bytes("C2"), "{hook}: the second job's product differs from the first's");
     (PeerRun { env, peer, reader_log }, sources)
 }
 
@@ -297,7 +237,7 @@ fn peak_rss(pid: u32) -> u64 {
 /// slave's in the same kind of job plus at most the cache.
 #[test]
 fn cache_memory_stays_within_its_bound_through_a_job_ten_times_larger() {
-    let env = Env::start();
+    let env = start();
     let s = env.s().to_owned();
     // Three matrices of 8 MiB (n = 1024): 24 MiB of data, reads of
     // 2·8³ blocks of 128 KiB = 128 MiB, against a cache of 2 MiB.
@@ -310,7 +250,7 @@ fn cache_memory_stays_within_its_bound_through_a_job_ten_times_larger() {
         env.wait_ended(job, Duration::from_secs(180));
         peaks.push(peak_rss(c.id()));
         kill_child_ref(&mut c);
-        env.each_task_once(job, 64);
+        each_task_once(&env, job, 64);
     }
     eprintln!("peak RSS without a cache {} MiB, with a 2 MiB cache {} MiB", peaks[0] >> 20, peaks[1] >> 20);
     let slack = 2 << 20;

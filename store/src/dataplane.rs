@@ -56,12 +56,12 @@ enum ConnError {
 /// whose failure stopped the node is answered with that failure, not a
 /// closed connection. Aborting the task ends every connection at once.
 pub(crate) async fn serve(
-    tcp: TcpListener,
-    unix: Option<UnixListener>,
+    (tcp, unix): (TcpListener, Option<UnixListener>),
     node: Arc<Node>,
     token: Option<String>,
     tls: Option<TlsAcceptor>,
     transports: Arc<Transports>,
+    node_id: uuid::Uuid,
     stop: tokio::sync::watch::Receiver<()>,
 ) {
     let mut stopping = stop.clone();
@@ -80,7 +80,7 @@ pub(crate) async fn serve(
                     (Incoming::Tcp(s), None) => Box::new(s),
                     (Incoming::Unix(s), _) => s,
                 };
-                connection(s, &node, &token, &holders, stop).await
+                connection(s, &node, &token, node_id, &holders, stop).await
             };
             if let Err(e) = served.await {
                 if matches!(e, ConnError::Refused(_) | ConnError::Wire(_)) {
@@ -159,10 +159,13 @@ async fn connection(
     mut s: Stream,
     node: &Arc<Node>,
     token: &[u8],
+    node_id: uuid::Uuid,
     holders: &std::sync::Mutex<Holders>,
     mut stop: tokio::sync::watch::Receiver<()>,
 ) -> Result<(), ConnError> {
-    tokio::time::timeout(HELLO_TIMEOUT, hello(&mut s, token)).await.map_err(|_| ConnError::Refused("no hello in time".into()))??;
+    tokio::time::timeout(HELLO_TIMEOUT, hello(&mut s, token, node_id))
+        .await
+        .map_err(|_| ConnError::Refused("no hello in time".into()))??;
     // The pipe a local client's spliced puts take (`Op::Pipe`).
     let mut pipe: Option<PipeReader> = None;
     let mut readahead = Readahead::default();
@@ -742,7 +745,9 @@ async fn call(node: &Arc<Node>, method: u32, body: &[u8]) -> Result<Vec<u8>, Sto
     reply.map_err(|status| StoreError::from_status(&status))
 }
 
-async fn hello(s: &mut Stream, token: &[u8]) -> Result<(), ConnError> {
+/// Reads a client's hello and answers it with this node's id, which a
+/// client on the node's host checks before it trusts the Unix socket.
+async fn hello(s: &mut Stream, token: &[u8], node_id: uuid::Uuid) -> Result<(), ConnError> {
     let mut head = [0u8; 8];
     s.read_exact(&mut head).await?;
     let len = match wire::decode_hello_head(&head) {
@@ -763,7 +768,9 @@ async fn hello(s: &mut Stream, token: &[u8]) -> Result<(), ConnError> {
         send_error(s, &e).await?;
         return Err(ConnError::Refused(e.to_string()));
     }
-    s.write_all(&Reply { ok: true, len: 0 }.encode()).await?;
+    let mut answer = Reply { ok: true, len: wire::NODE_ID_LEN }.encode().to_vec();
+    answer.extend_from_slice(node_id.as_bytes());
+    s.write_all(&answer).await?;
     Ok(())
 }
 

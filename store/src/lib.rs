@@ -40,7 +40,9 @@ use std::time::Duration;
 
 use store_client::proto::store_server::StoreServer;
 use store_client::{host_identity, ServerTls, StoreError, MAX_FRAME_BYTES, MAX_MESSAGE_BYTES};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
 use tonic::{Request, Status};
 
 pub use backup::BackupReport;
@@ -50,12 +52,9 @@ pub use queue::dead_letter_bag;
 
 /// The data plane's Unix socket, in the data directory.
 pub const DATA_SOCKET: &str = "blocks.sock";
-/// The gRPC service's Unix socket, in the data directory, for clients on
-/// this machine: loopback TCP adds softirq work to every message, which
-/// showed with many clients (`bench queue`, 8 / 32 clients: about 5400 /
-/// 8400 tasks/s over TCP, 6400 / 10100 over this socket); one call alone
-/// took about as long either way.
-pub const RPC_SOCKET: &str = "rpc.sock";
+/// Each direction's buffer of an in-process connection
+/// ([`Running::client`]).
+const IN_PROCESS_BUFFER: usize = 1 << 20;
 pub use node::NodeConfig;
 
 /// Everything a store node is started with.
@@ -113,6 +112,8 @@ pub struct Running {
     stop: watch::Sender<()>,
     task: tokio::task::JoinHandle<Result<(), ServeError>>,
     writes_stopped: watch::Receiver<Option<String>>,
+    /// Hands the node the server end of an in-process connection.
+    in_process: mpsc::Sender<tokio::io::DuplexStream>,
 }
 
 impl Running {
@@ -124,6 +125,24 @@ impl Running {
     /// The block data plane's address.
     pub fn data_addr(&self) -> SocketAddr {
         self.data_addr
+    }
+
+    /// A client of this node from inside its own process, over in-memory
+    /// streams (`Client::connect_in_process`): control calls only.
+    pub async fn client(&self, token: Option<&str>) -> Result<store_client::Client, store_client::StoreError> {
+        let to_node = self.in_process.clone();
+        store_client::Client::connect_in_process(
+            move || {
+                let to_node = to_node.clone();
+                async move {
+                    let (ours, theirs) = tokio::io::duplex(IN_PROCESS_BUFFER);
+                    to_node.send(theirs).await.map_err(|_| std::io::Error::other("the node has stopped"))?;
+                    Ok(ours)
+                }
+            },
+            token,
+        )
+        .await
     }
 
     /// Resolves, with the reason, if the node stops writing: a commit
@@ -187,18 +206,23 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     let data_addr = data_listener.local_addr().map_err(|source| ServeError::Bind { addr: data_addr, source })?;
     let data_port = data_addr.port();
     let (unix_path, unix_listener) = bind_unix(&config.data.join(DATA_SOCKET), "local block transfers").unzip();
-    let (rpc_unix_path, rpc_unix_listener) = bind_unix(&config.data.join(RPC_SOCKET), "local clients' calls").unzip();
+    // An earlier build's gRPC socket: nothing listens there any more.
+    let _ = std::fs::remove_file(config.data.join("rpc.sock"));
+    // The node's own process (its dashboard) calls it over in-memory
+    // streams, not a socket: no file, no port, no certificate.
+    let (in_process, in_process_streams) = mpsc::channel::<tokio::io::DuplexStream>(8);
     let transports = Arc::new(transports::Transports::default());
     // At shutdown the session streams end first: the servers' graceful
     // shutdown waits for them. The data plane answers what it is serving.
     let (stop, stopped) = watch::channel(());
+    let node_id = uuid::Uuid::new_v4();
     let data_plane = tokio::spawn(dataplane::serve(
-        data_listener,
-        unix_listener,
+        (data_listener, unix_listener),
         node.clone(),
         config.token.clone(),
         config.tls.as_ref().map(ServerTls::acceptor),
         transports.clone(),
+        node_id,
         stopped.clone(),
     ));
     let reaper = spawn_reaper(node.clone());
@@ -210,11 +234,9 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
         }
     });
     let token = config.token.clone().map(|t| format!("Bearer {t}"));
-    let node_id = uuid::Uuid::new_v4();
-    let rpc =
-        rpc::Rpc { node, data_port, unix_path, rpc_unix_path, node_id, host_id: host_identity(), transports, tls: config.tls.is_some() };
+    let rpc = rpc::Rpc { node, data_port, unix_path, node_id, host_id: host_identity(), transports, tls: config.tls.is_some() };
     let service = StoreServer::new(rpc).max_decoding_message_size(MAX_MESSAGE_BYTES).max_encoding_message_size(MAX_MESSAGE_BYTES);
-    // One service, two ways in: TCP, and the Unix socket for local clients.
+    // One service, two ways in: TCP, and in-memory streams from this process.
     let router = || {
         let token = token.clone();
         tonic::transport::Server::builder()
@@ -252,15 +274,9 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
         }
         None => Box::pin(router().serve_with_incoming_shutdown(listen::plain(listener), shutdown_signal(stopped.clone()))),
     };
-    let local_server = rpc_unix_listener
-        .map(|l| router().serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(l), shutdown_signal(stopped)));
+    let streams = ReceiverStream::new(in_process_streams).map(Ok::<_, std::io::Error>);
+    let local = router().serve_with_incoming_shutdown(streams, shutdown_signal(stopped));
     let task = tokio::spawn(async move {
-        let local = async {
-            match local_server {
-                Some(s) => s.await,
-                None => Ok(()),
-            }
-        };
         let (r, local) = tokio::join!(server, local);
         reaper.abort();
         let _ = data_plane.await;
@@ -276,7 +292,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     };
     let auth = if config.token.is_some() { "token required" } else { "no token" };
     tracing::info!("store node listening on {addr} (gRPC) and {data_addr} (block data plane), {tls}, {auth}");
-    Ok(Running { addr, data_addr, stop, task, writes_stopped })
+    Ok(Running { addr, data_addr, stop, task, writes_stopped, in_process })
 }
 
 /// Resolves at [`Running::shutdown`], or when the `Running` is dropped.

@@ -35,8 +35,6 @@ pub(crate) struct Rpc {
     pub(crate) data_port: u16,
     /// Its Unix socket, for clients on this machine.
     pub(crate) unix_path: Option<std::path::PathBuf>,
-    /// This service's own Unix socket, for clients on this machine.
-    pub(crate) rpc_unix_path: Option<std::path::PathBuf>,
     /// Random per start: a client checks that a Unix socket is this node's.
     pub(crate) node_id: Uuid,
     /// This node's machine and network namespace (`host_identity`).
@@ -183,8 +181,8 @@ impl Store for Rpc {
     type GetBlockStream = BoxStream<proto::BlockChunk>;
 
     async fn open_session(&self, req: Request<Streaming<proto::Heartbeat>>) -> Reply<Self::OpenSessionStream> {
-        // No address: the client came over the Unix socket.
-        let peer = req.remote_addr().map_or_else(|| "this machine".to_owned(), |a| a.to_string());
+        // No address: the client is in the node's own process.
+        let peer = req.remote_addr().map_or_else(|| "the node's process".to_owned(), |a| a.to_string());
         Transports::count(if req.remote_addr().is_some() { &self.transports.tcp_sessions } else { &self.transports.unix_sessions });
         let mut incoming = req.into_inner();
         let first = incoming.message().await?.ok_or_else(|| invalid("a session opens with a heartbeat"))?;
@@ -228,7 +226,6 @@ impl Store for Rpc {
         Ok(Response::new(proto::DataPlaneInfo {
             port: self.data_port as u32,
             unix_path: path(&self.unix_path),
-            rpc_unix_path: path(&self.rpc_unix_path),
             wire_version: u32::from(store_client::dataplane::wire::VERSION),
             node_id: self.node_id.as_bytes().to_vec().into(),
             host_id: self.host_id.clone(),

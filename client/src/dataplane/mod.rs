@@ -193,6 +193,9 @@ pub(crate) struct DataPlane {
     target: Target,
     tls: Option<TlsTo>,
     hello: Vec<u8>,
+    /// The node whose hello answer a connection must carry (the node's
+    /// Unix socket); `None` takes any (a TCP port, a peer).
+    node: Option<Uuid>,
     idle: Mutex<Vec<Stream>>,
     /// Set once a `vmsplice` failed for another reason than a closed pipe
     /// (a sandbox that forbids it, say): new connections make no pipe, and
@@ -208,11 +211,12 @@ pub(crate) struct DataPlane {
 impl DataPlane {
     /// Opens a first connection, so a wrong token or an unreachable port is
     /// known at once rather than on the first block.
-    pub(crate) async fn connect(target: Target, token: Option<&str>, tls: Option<TlsTo>) -> Result<DataPlane> {
+    pub(crate) async fn connect(target: Target, token: Option<&str>, tls: Option<TlsTo>, node: Option<Uuid>) -> Result<DataPlane> {
         let plane = DataPlane {
             target,
             tls,
             hello: wire::encode_hello(token.unwrap_or("").as_bytes()),
+            node,
             idle: Mutex::new(Vec::new()),
             no_pipes: Default::default(),
             peeked: PeekCounts::default(),
@@ -230,6 +234,7 @@ impl DataPlane {
             target: self.target.clone(),
             tls: self.tls.clone(),
             hello: self.hello.clone(),
+            node: self.node,
             idle: Mutex::new(Vec::new()),
             no_pipes: true.into(),
             peeked: PeekCounts::default(),
@@ -286,10 +291,25 @@ impl DataPlane {
         // the socket was full: flush before waiting for the answer (a no-op
         // on plain sockets).
         s.flush().await.map_err(|e| self.unavailable(format!("connecting: {e}")))?;
-        match self.read_reply(s).await? {
-            Ok(0) => Ok(()),
-            Ok(len) => Err(self.unavailable(format!("hello answered with {len} bytes"))),
-            Err(e) => Err(e),
+        let len = self.read_reply(s).await??;
+        let node = match len {
+            0 => None,
+            wire::NODE_ID_LEN => {
+                let mut id = [0u8; wire::NODE_ID_LEN as usize];
+                s.read_exact(&mut id).await.map_err(|e| self.unavailable(format!("connecting: {e}")))?;
+                Some(Uuid::from_bytes(id))
+            }
+            len => return Err(self.unavailable(format!("hello answered with {len} bytes"))),
+        };
+        // On the node's host the socket must be that node's: a socket
+        // file left by another node (or another's data directory) is not.
+        match self.node {
+            Some(expected) if node != Some(expected) => Err(self.unavailable(format!(
+                "{} is not the socket of the node that named it (it answered {})",
+                self.target,
+                node.map_or_else(|| "as no store node".to_string(), |id| format!("as node {id}"))
+            ))),
+            _ => Ok(()),
         }
     }
 

@@ -1,22 +1,7 @@
-//! A Unix stream socket that the runtime watches for reading only.
-//!
-//! A Unix socket wakes whoever waits on it for write space each time its
-//! peer takes in bytes it sent (`unix_write_space`, whether or not the
-//! sender ever found its buffer full; TCP wakes a writer only after it
-//! did). Tokio registers its sockets for both directions, so every reply a
-//! client read woke the node's runtime thread for nothing, and every
-//! request the node read woke the client's. In `bench blocks --sizes 256`
-//! such wake-ups outnumbered the real ones (a request's, a reply's) three
-//! to one on the client's side and two to one on the node's, and on a VM
-//! each wake-up of a halted vCPU costs its waker an inter-processor
-//! interrupt and the woken CPU a trip out of halt for nothing.
-//!
-//! [`UnixConn`] is registered for reading only. A write that finds the
-//! socket's buffer full (a large payload through the socket itself: rare
-//! on the data plane, where replies are headers and descriptors and puts'
-//! payloads take a pipe) waits on a second registration, of a duplicate of
-//! the descriptor for writing, made then and dropped once a write goes
-//! through whole.
+//! A Unix stream socket registered with the runtime, with the operations
+//! the data plane needs beyond a byte stream: a read or write run by the
+//! caller (descriptor passing, `MSG_DONTWAIT` polls) until the socket is
+//! ready for it.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -29,20 +14,20 @@ use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 
 /// A connected Unix stream socket (see the module's comment).
 pub struct UnixConn {
-    read: AsyncFd<StdUnixStream>,
-    /// While a write waits for buffer space: the descriptor's duplicate,
-    /// registered for writing.
-    write: Option<AsyncFd<StdUnixStream>>,
+    io: AsyncFd<StdUnixStream>,
 }
 
 impl UnixConn {
     /// Takes over a connected socket (made non-blocking here).
     pub fn new(socket: StdUnixStream) -> std::io::Result<UnixConn> {
         socket.set_nonblocking(true)?;
-        Ok(UnixConn { read: register(socket, Interest::READABLE)?, write: None })
+        // SAFETY: the socket owns its descriptor, which stays open, and is
+        // the one `as_raw_fd` gives, for as long as the `AsyncFd` holds it.
+        let io = unsafe { AsyncFd::register_with_interest(socket, Interest::READABLE | Interest::WRITABLE) }?;
+        Ok(UnixConn { io })
     }
 
-    /// Takes over a socket the runtime watches both ways (one a listener
+    /// Takes over a socket the runtime already watches (one a listener
     /// accepted, say).
     pub fn from_tokio(socket: tokio::net::UnixStream) -> std::io::Result<UnixConn> {
         UnixConn::new(socket.into_std()?)
@@ -61,14 +46,14 @@ impl UnixConn {
     /// The socket, for an operation that must not block (it is
     /// non-blocking).
     pub fn socket(&self) -> &StdUnixStream {
-        self.read.get_ref()
+        self.io.get_ref()
     }
 
     /// Runs `op` (a read of the socket) until it does not find it empty,
     /// waiting for the runtime to say it is readable in between.
     pub async fn read_with<R>(&self, mut op: impl FnMut(&StdUnixStream) -> std::io::Result<R>) -> std::io::Result<R> {
         loop {
-            let mut ready = self.read.readable().await?;
+            let mut ready = self.io.readable().await?;
             match ready.try_io(|s| op(s.get_ref())) {
                 Ok(done) => return done,
                 Err(_would_block) => continue,
@@ -77,33 +62,16 @@ impl UnixConn {
     }
 
     /// Runs `op` (a write to the socket) until it does not find the buffer
-    /// full; only then is the socket watched for writing, until `op` goes
-    /// through.
+    /// full, waiting for the runtime to say it is writable in between.
     pub async fn write_with<R>(&self, mut op: impl FnMut(&StdUnixStream) -> std::io::Result<R>) -> std::io::Result<R> {
-        match op(self.socket()) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            done => return done,
-        }
-        let watch = watch_writes(self.socket())?;
         loop {
-            let mut ready = watch.writable().await?;
-            match ready.try_io(|_| op(self.socket())) {
+            let mut ready = self.io.writable().await?;
+            match ready.try_io(|s| op(s.get_ref())) {
                 Ok(done) => return done,
                 Err(_would_block) => continue,
             }
         }
     }
-}
-
-/// A duplicate of `socket`'s descriptor, registered for writing.
-fn watch_writes(socket: &StdUnixStream) -> std::io::Result<AsyncFd<StdUnixStream>> {
-    register(socket.try_clone()?, Interest::WRITABLE)
-}
-
-fn register(socket: StdUnixStream, interest: Interest) -> std::io::Result<AsyncFd<StdUnixStream>> {
-    // SAFETY: the socket owns its descriptor, which stays open, and is the
-    // one `as_raw_fd` gives, for as long as the `AsyncFd` holds it.
-    Ok(unsafe { AsyncFd::register_with_interest(socket, interest) }?)
 }
 
 impl AsRawFd for UnixConn {
@@ -121,7 +89,7 @@ impl AsFd for UnixConn {
 impl AsyncRead for UnixConn {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         loop {
-            let mut ready = ready!(self.read.poll_read_ready(cx))?;
+            let mut ready = ready!(self.io.poll_read_ready(cx))?;
             let unfilled = buf.initialize_unfilled();
             match ready.try_io(|s| s.get_ref().read(unfilled)) {
                 Ok(Ok(n)) => {
@@ -137,24 +105,12 @@ impl AsyncRead for UnixConn {
 
 impl AsyncWrite for UnixConn {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
         loop {
-            match this.socket().write(buf) {
-                Ok(n) => {
-                    if n == buf.len() {
-                        // All of it went: the buffer has room again.
-                        this.write = None;
-                    }
-                    return Poll::Ready(Ok(n));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
+            let mut ready = ready!(self.io.poll_write_ready(cx))?;
+            match ready.try_io(|s| s.get_ref().write(buf)) {
+                Ok(done) => return Poll::Ready(done),
+                Err(_would_block) => continue,
             }
-            if this.write.is_none() {
-                this.write = Some(watch_writes(this.socket())?);
-            }
-            let watch = this.write.as_ref().expect("just made");
-            ready!(watch.poll_write_ready(cx))?.clear_ready();
         }
     }
 
@@ -175,8 +131,8 @@ mod tests {
     const LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
 
     /// More bytes than the socket's buffers hold, both ways at once: each
-    /// side's writes must wait for the other to read, on the registration
-    /// made for it, and nothing is lost or reordered.
+    /// side's writes must wait for the other to read, and nothing is lost
+    /// or reordered.
     #[tokio::test]
     async fn writes_that_fill_the_buffer_wait_for_the_reader_and_arrive_whole() {
         let (mut a, mut b) = UnixConn::pair().unwrap();

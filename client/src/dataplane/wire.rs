@@ -45,7 +45,11 @@
 //!         node's groups, up to all n), each len = k × 32, the group's
 //!         headers in request order (shapes under an action, as a local
 //!         get's), and its k descriptors passed with it
-//!         ok put / spliced put / pipe / hello: len = 0
+//!         ok hello: len = 16, the store node's id (random per start;
+//!         a client on the node's host checks it against the id the
+//!         node gave over gRPC before it trusts the Unix socket), or 0
+//!         from a slave serving its cache to peers
+//!         ok put / spliced put / pipe: len = 0
 //!         ok call: len bytes of the method's protobuf reply
 //!         error: len bytes of ErrorDetail (protobuf), see StoreError::to_detail
 //!
@@ -80,9 +84,12 @@ pub const REPLY_MAGIC: [u8; 4] = *b"FTBR";
 /// (`block::checksum`), not CRC-32C; 8: a local get of one block may
 /// name the next block's committed version ([`Peek`]) and answer its
 /// version's write stamp ([`STAMP_WANTED`]); 9: cached gets and peer gets
-/// ([`Op::GetCached`], [`Op::PeerGet`]).
-pub const VERSION: u16 = 9;
+/// ([`Op::GetCached`], [`Op::PeerGet`]); 10: a node's hello answer
+/// carries its id ([`NODE_ID_LEN`]).
+pub const VERSION: u16 = 10;
 pub const REQUEST_LEN: usize = 56;
+/// The length of a store node's hello answer: its id.
+pub const NODE_ID_LEN: u64 = 16;
 pub const REPLY_LEN: usize = 16;
 /// Longest token a hello may carry.
 pub const MAX_TOKEN: usize = 4096;

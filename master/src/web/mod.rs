@@ -17,7 +17,6 @@ mod collect;
 mod prom;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,8 +35,6 @@ pub(crate) struct Options {
     pub(crate) listen: SocketAddr,
     pub(crate) token: Option<String>,
     pub(crate) tls: Option<store_client::ServerTls>,
-    /// The node's gRPC Unix socket (`<data>/rpc.sock`), read once a second.
-    pub(crate) rpc_socket: PathBuf,
 }
 
 #[derive(Clone)]
@@ -50,13 +47,11 @@ struct Shared {
 /// connects and says nothing must not hold a task for ever).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Binds the port and serves it in the background; returns the bound address.
-pub(crate) async fn start(options: Options) -> anyhow::Result<SocketAddr> {
+/// Binds the port and serves it in the background, reading the node
+/// through `client` once a second; returns the bound address.
+pub(crate) async fn start(options: Options, client: store_client::Client) -> anyhow::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(options.listen).await.with_context(|| format!("binding --http {}", options.listen))?;
     let addr = listener.local_addr()?;
-    let client = store_client::Client::connect_unix(&options.rpc_socket, options.token.as_deref())
-        .await
-        .context("the dashboard reads the node over its Unix socket")?;
     let mut collector = Collector::new(client, options.tls.is_some());
     // One read before the port answers: no request sees an empty snapshot.
     let first = collector.next(&Snapshot::default()).await;

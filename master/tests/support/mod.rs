@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+pub mod cluster;
+pub mod dense;
 pub mod web;
 
 /// Makes `cmd`'s process get SIGKILL when the test thread that starts it
