@@ -5,17 +5,17 @@
 //! commits, and returns to its old position if the action aborts, so the
 //! next slave takes the lost work first (`003…` §4.1, DESIGN §5). The store
 //! node persists what [`Mutation`]s say in the same synced batch as the
-//! action's other writes, and rebuilds the index with [`Bags::load`] at
-//! start.
+//! action's other writes, and rebuilds the index with [`Bags::load`] and
+//! [`Bags::load_next_seq`] at start.
 //!
 //! ```
 //! use actions::ActionId;
 //! use queue::{Bags, Dequeue};
 //! let mut bags = Bags::new(3);
 //! bags.enqueue(ActionId(1), "work", b"t1".to_vec());
-//! let puts = bags.prepare_commit(ActionId(1));
+//! let changes = bags.prepare_commit(ActionId(1));
 //! bags.finish_commit(ActionId(1), true);
-//! assert_eq!(puts.len(), 1);
+//! assert_eq!(changes.len(), 2, "the element and the bag's next position");
 //! let Dequeue::Task(t) = bags.dequeue(ActionId(2), "work") else { panic!() };
 //! assert_eq!(t.payload, b"t1");
 //! assert!(matches!(bags.dequeue(ActionId(3), "work"), Dequeue::NoneAvailable));
@@ -54,8 +54,24 @@ pub enum Dequeue {
 /// A change the store must make durable, keyed by bag and sequence number.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Mutation {
-    Put { bag: String, seq: u64, payload: Vec<u8>, attempts: u32 },
-    Delete { bag: String, seq: u64 },
+    Put {
+        bag: String,
+        seq: u64,
+        payload: Vec<u8>,
+        attempts: u32,
+    },
+    Delete {
+        bag: String,
+        seq: u64,
+    },
+    /// The bag hands out sequence numbers from `next` on: the store keeps
+    /// the largest it was told, so that a restart never reuses the number
+    /// of an element already taken and committed (a task's records are
+    /// keyed by it).
+    NextSeq {
+        bag: String,
+        next: u64,
+    },
 }
 
 /// What an abort did to the queues.
@@ -135,6 +151,12 @@ impl Bags {
         }
     }
 
+    /// Restores a bag's persisted [`Mutation::NextSeq`] at start.
+    pub fn load_next_seq(&mut self, bag: &str, next: u64) {
+        let b = self.bags.entry(bag.to_owned()).or_default();
+        b.next_seq = b.next_seq.max(next);
+    }
+
     /// Restores one persisted element at start.
     pub fn load(&mut self, bag: &str, seq: u64, payload: Vec<u8>, attempts: u32) {
         let b = self.bags.entry(bag.to_owned()).or_default();
@@ -199,6 +221,7 @@ impl Bags {
                         payload: entry.payload.clone(),
                         attempts: entry.attempts,
                     });
+                    out.mutations.push(Mutation::NextSeq { bag: dead.clone(), next: d.next_seq });
                     out.dead_lettered.push((
                         bag.clone(),
                         Dequeued {
@@ -242,6 +265,10 @@ impl Bags {
             payload: payload.clone(),
             attempts: 0,
         }));
+        let mut grown: Vec<&String> = c.puts.iter().map(|(bag, _, _)| bag).collect();
+        grown.sort();
+        grown.dedup();
+        out.extend(grown.into_iter().map(|bag| Mutation::NextSeq { bag: bag.clone(), next: self.bags[bag].next_seq }));
         self.committing.insert(action, c);
         out
     }

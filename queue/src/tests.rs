@@ -75,7 +75,7 @@ fn several_dequeues_in_one_action_and_enqueues_visible_only_after_commit() {
     bags.enqueue(ActionId(5), "next", b"c".to_vec());
     assert_eq!(bags.dequeue(ActionId(6), "next"), Dequeue::Empty);
     let muts = bags.prepare_commit(ActionId(5));
-    assert_eq!(muts.len(), 3);
+    assert_eq!(muts.len(), 4, "two deletes, a put and the next position: {muts:?}");
     bags.finish_commit(ActionId(5), true);
     assert!(bags.is_empty("b"));
     assert_eq!(take(&mut bags, 6, "next").payload, b"c");
@@ -122,7 +122,8 @@ fn orphaned_past_the_limit_goes_to_the_dead_letter_bag() {
         second.mutations,
         vec![
             Mutation::Delete { bag: "b".into(), seq: 0 },
-            Mutation::Put { bag: "b.dead".into(), seq: 0, payload: b"poison".to_vec(), attempts: 2 }
+            Mutation::Put { bag: "b.dead".into(), seq: 0, payload: b"poison".to_vec(), attempts: 2 },
+            Mutation::NextSeq { bag: "b.dead".into(), next: 1 },
         ]
     );
     assert_eq!(take(&mut bags, 4, "b").payload, b"ok");
@@ -137,7 +138,38 @@ fn load_restores_order_and_next_position() {
     assert_eq!(take(&mut bags, 1, "b").payload, b"y");
     bags.enqueue(ActionId(2), "b", b"z".to_vec());
     let muts = bags.prepare_commit(ActionId(2));
-    assert!(matches!(&muts[..], [Mutation::Put { seq: 8, .. }]));
+    assert!(matches!(&muts[..], [Mutation::Put { seq: 8, .. }, Mutation::NextSeq { next: 9, .. }]), "{muts:?}");
+}
+
+/// Elements taken and committed leave no trace in the bag, so only the
+/// persisted next position keeps a restart from handing their numbers out
+/// again (a task's records are keyed by its element's number).
+#[test]
+fn a_restart_never_reuses_the_number_of_an_element_already_gone() {
+    let mut bags = Bags::new(3);
+    for p in ["t0", "t1", "t2"] {
+        bags.enqueue(ActionId(1), "b", p.as_bytes().to_vec());
+    }
+    let mut persisted_next = 0;
+    for a in 1..5 {
+        if a > 1 {
+            take(&mut bags, a, "b");
+        }
+        for m in bags.prepare_commit(ActionId(a)) {
+            if let Mutation::NextSeq { next, .. } = m {
+                persisted_next = persisted_next.max(next);
+            }
+        }
+        bags.finish_commit(ActionId(a), true);
+    }
+    assert_eq!(persisted_next, 3);
+    assert_eq!(bags.stats("b").free, 0);
+    // After a restart: nothing to load but the next position.
+    let mut again = Bags::new(3);
+    again.load_next_seq("b", persisted_next);
+    again.enqueue(ActionId(9), "b", b"t3".to_vec());
+    let muts = again.prepare_commit(ActionId(9));
+    assert!(matches!(&muts[..], [Mutation::Put { seq: 3, .. }, ..]), "{muts:?}");
 }
 
 #[test]

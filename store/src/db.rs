@@ -8,6 +8,8 @@
 //! "B" matrix(16) i(u32 BE) j(BE)  current version (16) of the block
 //! "O" key                         small object
 //! "Q" bag 0x00 seq(u64 BE)        queue element: attempts (u32 LE) ++ payload
+//! "S" bag                         u64 LE: the bag's next element number,
+//!                                 merged as the largest ever written
 //! "U" seq(u64 BE)                 undo record of a commit whose versions
 //!                                 were still syncing (`undo.rs`)
 //! ```
@@ -126,6 +128,8 @@ pub(crate) struct Recovered {
     /// syncs, and whose versions did not survive: undone.
     pub(crate) n_commits_undone: usize,
     pub(crate) queue: Vec<(String, u64, Vec<u8>, u32)>,
+    /// Each bag's next element number (`queue::Mutation::NextSeq`).
+    pub(crate) next_seqs: Vec<(String, u64)>,
     pub(crate) n_garbage_versions: usize,
 }
 
@@ -157,6 +161,7 @@ impl Db {
         // used RocksDB's default 8 MiB cache, not `--cache-mib`.
         let mut cf_opts = Options::default();
         cf_opts.set_block_based_table_factory(&table);
+        cf_opts.set_merge_operator_associative("ftbag-largest-u64", largest_u64);
 
         let mut db_opts = Options::default();
         db_opts.create_if_missing(true);
@@ -249,8 +254,18 @@ impl Db {
                 queue.push((bag, seq, payload.to_vec(), attempts));
             }
         }
+        let mut next_seqs = Vec::new();
+        for item in self.db.prefix_iterator(b"S") {
+            let (k, v) = item.map_err(storage_error)?;
+            if !k.starts_with(b"S") {
+                break;
+            }
+            if let (Ok(bag), Some(next)) = (std::str::from_utf8(&k[1..]), read_u64(&v)) {
+                next_seqs.push((bag.to_owned(), next));
+            }
+        }
         write_synced(&self.db, &self.files, batch)?;
-        Ok(Recovered { boot, n_commits_undone: undone.rolled_back, queue, n_garbage_versions })
+        Ok(Recovered { boot, n_commits_undone: undone.rolled_back, queue, next_seqs, n_garbage_versions })
     }
 
     pub(crate) fn get_small(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
@@ -645,6 +660,9 @@ fn add_commit(db: &DB, batch: &mut WriteBatch, job: &CommitJob) -> Result<(Vec<U
     for c in changes {
         put_or_delete(batch, c.key, c.value);
     }
+    // Outside the undo record: a next position only grows, and one left
+    // raised by an undone commit only skips numbers.
+    merge_next_seqs(batch, &job.queue);
     Ok((replaced, undo))
 }
 
@@ -664,6 +682,27 @@ fn queue_batch(batch: &mut WriteBatch, queue: &[queue::Mutation]) {
     for (k, v) in queue_changes(queue) {
         put_or_delete(batch, k, v);
     }
+    merge_next_seqs(batch, queue);
+}
+
+/// Each bag's next element number, merged so that the largest written
+/// stays whatever order concurrent commits' batches land in.
+fn merge_next_seqs(batch: &mut WriteBatch, queue: &[queue::Mutation]) {
+    for m in queue {
+        if let queue::Mutation::NextSeq { bag, next } = m {
+            batch.merge([&b"S"[..], bag.as_bytes()].concat(), next.to_le_bytes());
+        }
+    }
+}
+
+/// The merge of `S` keys: the largest u64 of the value and the operands.
+fn largest_u64(_key: &[u8], existing: Option<&[u8]>, operands: &rocksdb::MergeOperands) -> Option<Vec<u8>> {
+    let largest = existing.into_iter().chain(operands).filter_map(read_u64).max()?;
+    Some(largest.to_le_bytes().to_vec())
+}
+
+fn read_u64(v: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(v.get(..8)?.try_into().ok()?))
 }
 
 pub(crate) fn put_or_delete(batch: &mut WriteBatch, key: impl AsRef<[u8]>, value: Option<impl AsRef<[u8]>>) {
@@ -674,15 +713,17 @@ pub(crate) fn put_or_delete(batch: &mut WriteBatch, key: impl AsRef<[u8]>, value
 }
 
 /// Each queue change as the key it writes and its new value (`None`: the
-/// key is deleted).
+/// key is deleted); next positions are merged instead.
 fn queue_changes(queue: &[queue::Mutation]) -> impl Iterator<Item = (Vec<u8>, Option<Vec<u8>>)> + '_ {
-    queue.iter().map(|m| match m {
+    queue.iter().filter_map(|m| match m {
         queue::Mutation::Put { bag, seq, payload, attempts } => {
             let mut v = attempts.to_le_bytes().to_vec();
             v.extend_from_slice(payload);
-            (queue_key(bag, *seq), Some(v))
+            Some((queue_key(bag, *seq), Some(v)))
         }
-        queue::Mutation::Delete { bag, seq } => (queue_key(bag, *seq), None),
+        queue::Mutation::Delete { bag, seq } => Some((queue_key(bag, *seq), None)),
+        // Merged, not put ([`merge_next_seqs`]).
+        queue::Mutation::NextSeq { .. } => None,
     })
 }
 

@@ -196,7 +196,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     let records = db.matrix_records().map_err(|source| ServeError::Read { path: config.data.clone(), source })?;
     let matrices = blocks::Matrices::load(records);
     let writes_stopped = db.writes_stopped();
-    let node = Arc::new(node::Node::new(db.clone(), recovered.boot, recovered.queue, matrices, config.node.clone()));
+    let node = Arc::new(node::Node::new(db.clone(), recovered, matrices, config.node.clone()));
 
     let listener = tokio::net::TcpListener::bind(config.listen).await.map_err(|source| ServeError::Bind { addr: config.listen, source })?;
     let addr = listener.local_addr().map_err(|source| ServeError::Bind { addr: config.listen, source })?;

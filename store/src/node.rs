@@ -171,10 +171,14 @@ pub(crate) fn action_error(e: ActionError) -> StoreError {
 }
 
 impl Node {
-    pub(crate) fn new(db: Arc<Db>, boot: u64, queue: Vec<(String, u64, Vec<u8>, u32)>, matrices: Matrices, config: NodeConfig) -> Node {
+    pub(crate) fn new(db: Arc<Db>, recovered: crate::db::Recovered, matrices: Matrices, config: NodeConfig) -> Node {
+        let boot = recovered.boot;
         let mut bags = Bags::new(config.attempt_limit);
-        for (bag, seq, payload, attempts) in queue {
+        for (bag, seq, payload, attempts) in recovered.queue {
             bags.load(&bag, seq, payload, attempts);
+        }
+        for (bag, next) in recovered.next_seqs {
+            bags.load_next_seq(&bag, next);
         }
         // Ids carry the boot count in their high bits: an id from before a
         // restart never names a new action or session.

@@ -269,6 +269,45 @@ async fn a_waiter_gets_the_lock_when_the_holder_commits() {
     assert_eq!(r.unwrap(), Some(b"new".to_vec()));
 }
 
+/// A bag whose elements were all taken and committed is empty on disk,
+/// yet a restarted node must not hand out their numbers again: a task's
+/// records are keyed by its element's number (`bench soak` found an LU
+/// job whose late tasks reused the numbers of earlier ones).
+#[tokio::test]
+async fn a_restarted_node_never_reuses_the_number_of_a_committed_element() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = || async {
+        let running = store::start(store::Config::new(dir.path().to_owned(), "127.0.0.1:0".parse().unwrap())).await.unwrap();
+        let client = Client::connect(&running.addr().to_string(), None).await.unwrap();
+        (running, client)
+    };
+    let (running, client) = start().await;
+    let s = client.open_session("t").await.unwrap();
+    let e = s.begin().await.unwrap();
+    for t in ["t0", "t1", "t2"] {
+        e.enqueue("bag", t.as_bytes()).await.unwrap();
+    }
+    e.commit().await.unwrap();
+    let mut taken = Vec::new();
+    for _ in 0..3 {
+        let a = s.begin().await.unwrap();
+        let Dequeue::Task(t) = a.dequeue("bag", Duration::ZERO).await.unwrap() else { panic!("a task") };
+        a.commit().await.unwrap();
+        taken.push(t.seq);
+    }
+    drop((s, client));
+    running.shutdown().await.unwrap();
+
+    let (_running, client) = start().await;
+    let s = client.open_session("t").await.unwrap();
+    let e = s.begin().await.unwrap();
+    e.enqueue("bag", b"t3").await.unwrap();
+    e.commit().await.unwrap();
+    let a = s.begin().await.unwrap();
+    let Dequeue::Task(t) = a.dequeue("bag", Duration::ZERO).await.unwrap() else { panic!("a task") };
+    assert!(!taken.contains(&t.seq) && t.seq > *taken.iter().max().unwrap(), "element {} reused one of {taken:?}", t.seq);
+}
+
 #[tokio::test]
 async fn queue_over_the_wire_empty_none_available_blocking_dequeue_and_old_position() {
     let n = node().await;
