@@ -20,6 +20,8 @@
 # - client op timeouts: librados waits for ever on daemons that are gone.
 # - OSD files much larger than the data: a BlueStore OSD that fills up
 #   aborts and its clients hang. The files are sparse, so size is free.
+# - The manager (--mgr) only for usage figures (`ceph df`, pool quotas,
+#   health); I/O works without it.
 # - BlueStore, not memstore (memstore held 5 GB of RSS for 2 GiB of data).
 set -euo pipefail
 
@@ -114,6 +116,9 @@ rados osd op timeout = 20
 rados mon op timeout = 20
 client mount timeout = 20
 osd max object size = 1073741824
+# Pool usage reaches the monitors through the manager; each second, so a
+# pool's quota (the tests' full pool) takes effect soon after it is met.
+mgr stats period = 1
 [mon]
 mon data = $dir/mon/\$name
 [osd]

@@ -203,27 +203,47 @@ impl Pool {
         }
     }
 
+    /// Runs one write operation built by `build` on `object`, with `flags`.
+    fn write_op(&self, object: &str, flags: libc::c_int, build: impl FnOnce(ffi::WriteOpT)) -> Result<(), i32> {
+        let oid = c_string(object).map_err(|_| libc::EINVAL)?;
+        let op = unsafe { ffi::rados_create_write_op() };
+        if op.is_null() {
+            return Err(libc::ENOMEM);
+        }
+        build(op);
+        let r = unsafe { ffi::rados_write_op_operate(op, self.io, oid.as_ptr(), ptr::null_mut(), flags) };
+        unsafe { ffi::rados_release_write_op(op) };
+        if r < 0 {
+            Err(-r)
+        } else {
+            Ok(())
+        }
+    }
+
     /// Writes `object` whole, replacing what it held. A value larger than
     /// one write op goes in pieces: the first replaces, the rest extend.
     /// Not atomic across pieces, which is why versions are written once
     /// under a fresh name and named by a pointer only after this returns.
+    /// A full pool or cluster refuses it at once ([`RadosError::Full`]):
+    /// librados would otherwise hold the write until there is room.
     pub fn write_full(&self, object: &str, value: &[u8]) -> Result<(), RadosError> {
-        let oid = c_string(object)?;
-        let first = &value[..value.len().min(PIECE)];
-        let r = unsafe { ffi::rados_write_full(self.io, oid.as_ptr(), first.as_ptr().cast(), first.len()) };
-        if r < 0 {
-            return Err(self.error("write", object, -r));
-        }
-        let mut off = first.len();
-        while off < value.len() {
+        let _ = c_string(object)?;
+        let mut off = 0;
+        loop {
             let piece = &value[off..value.len().min(off + PIECE)];
-            let r = unsafe { ffi::rados_write(self.io, oid.as_ptr(), piece.as_ptr().cast(), piece.len(), off as u64) };
-            if r < 0 {
-                return Err(self.error("write", object, -r));
-            }
+            let r = self.write_op(object, ffi::OPERATION_FULL_TRY, |op| unsafe {
+                if off == 0 {
+                    ffi::rados_write_op_write_full(op, piece.as_ptr().cast(), piece.len());
+                } else {
+                    ffi::rados_write_op_write(op, piece.as_ptr().cast(), piece.len(), off as u64);
+                }
+            });
+            r.map_err(|errno| self.error("write", object, errno))?;
             off += piece.len();
+            if off >= value.len() {
+                return Ok(());
+            }
         }
-        Ok(())
     }
 
     /// The object's size, or `None` if it does not exist.
@@ -270,13 +290,14 @@ impl Pool {
         Ok(())
     }
 
-    /// Removes the object; `false` if there was none.
+    /// Removes the object; `false` if there was none. Goes through on a
+    /// full cluster, where deleting is how room is made.
     pub fn remove(&self, object: &str) -> Result<bool, RadosError> {
-        let oid = c_string(object)?;
-        match unsafe { ffi::rados_remove(self.io, oid.as_ptr()) } {
-            0 => Ok(true),
-            r if r == -libc::ENOENT => Ok(false),
-            r => Err(self.error("remove", object, -r)),
+        let _ = c_string(object)?;
+        match self.write_op(object, ffi::OPERATION_FULL_FORCE, |op| unsafe { ffi::rados_write_op_remove(op) }) {
+            Ok(()) => Ok(true),
+            Err(libc::ENOENT) => Ok(false),
+            Err(errno) => Err(self.error("remove", object, errno)),
         }
     }
 

@@ -26,7 +26,9 @@ pub enum RadosError {
     NoPool { pool: String },
     #[error("object {object} of pool {pool} does not exist")]
     NotFound { pool: String, object: String },
-    #[error("the Ceph cluster is full: {op} of object {object} in pool {pool} refused ({})", os(*errno))]
+    /// `EDQUOT`: the pool's quota is met; `ENOSPC`: the cluster is past
+    /// its full ratio.
+    #[error("{op} of object {object} refused: pool {pool} or its Ceph cluster is full ({})", os(*errno))]
     Full { op: &'static str, pool: String, object: String, errno: i32 },
     #[error("{op} of object {object} in pool {pool} timed out after {timeout:?}: the OSDs holding it are down or unreachable")]
     Timeout { op: &'static str, pool: String, object: String, timeout: Duration },

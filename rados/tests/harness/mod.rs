@@ -4,7 +4,8 @@
 //! the test binary dies however it dies.
 //!
 //! `FTBAG_CEPH_CONF` names a cluster started outside (the tier script may
-//! start one for several binaries); its pool `ftbag` must exist.
+//! start one for several binaries); it needs a manager and the pools
+//! `ftbag` and `quota`.
 //! Without root or the Ceph packages a test prints `skipped: <why>`, which
 //! scripts/test.sh reports and CI counts as a failure.
 
@@ -48,12 +49,19 @@ extern "C" fn stop_all() {
     let dirs = std::mem::take(&mut *TO_STOP.lock().unwrap_or_else(|e| e.into_inner()));
     for dir in dirs {
         let _ = Command::new("bash").arg(script()).arg("stop").arg(&dir).status();
+        // The shared cluster's `TempDir` lives in a static, never dropped.
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
 impl TestCluster {
     /// Starts a cluster of `osds` OSDs with the given pools (name, copies).
     pub fn start(osds: u32, pools: &[(&str, u32)]) -> TestCluster {
+        TestCluster::start_with(osds, false, pools)
+    }
+
+    /// With `mgr`, a manager too: pool usage, and so quotas, need it.
+    pub fn start_with(osds: u32, mgr: bool, pools: &[(&str, u32)]) -> TestCluster {
         static AT_EXIT: OnceLock<()> = OnceLock::new();
         AT_EXIT.get_or_init(|| unsafe {
             libc::atexit(stop_all);
@@ -66,6 +74,7 @@ impl TestCluster {
             .args(["start"])
             .arg(dir.path())
             .args(["--osds", &osds.to_string(), "--owner", &std::process::id().to_string()])
+            .args(mgr.then_some("--mgr"))
             .output()
             .expect("run ceph-cluster.sh");
         assert!(out.status.success(), "ceph-cluster.sh start failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -83,7 +92,8 @@ impl TestCluster {
         TestCluster { conf: dir.path().join("ceph.conf"), dir: Some(dir) }
     }
 
-    /// The cluster the tests of one binary share: 1 OSD, pool `ftbag`.
+    /// The cluster the tests of one binary share: 1 OSD, a manager (the
+    /// full-pool test's quota), pools `ftbag` and `quota`.
     /// `None` (after printing `skipped`) where none can run.
     pub fn shared() -> Option<&'static TestCluster> {
         static SHARED: OnceLock<Result<TestCluster, String>> = OnceLock::new();
@@ -93,7 +103,7 @@ impl TestCluster {
             }
             match cannot_run() {
                 Some(why) => Err(why),
-                None => Ok(TestCluster::start(1, &[("ftbag", 1)])),
+                None => Ok(TestCluster::start_with(1, true, &[("ftbag", 1), ("quota", 1)])),
             }
         });
         match c {

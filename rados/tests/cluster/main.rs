@@ -1,6 +1,10 @@
 //! librados against a real throwaway cluster: objects whole and in pieces,
-//! block versions checked and swept, and every bad input named.
+//! block versions checked and swept, every bad input named, a full pool,
+//! and a writer killed anywhere in the version protocol (`crash.rs`). One
+//! binary, so its tests share one cluster.
 
+mod crash;
+#[path = "../harness/mod.rs"]
 mod harness;
 
 use std::collections::HashSet;
@@ -140,4 +144,48 @@ fn bad_inputs_are_named_and_the_connection_that_works_keeps_working() {
     // The space is the manager's figure (zeros without one, as here); the
     // call must still answer.
     good.space().unwrap();
+}
+
+/// A full pool (its quota met: the same refusal as a cluster past its
+/// full ratio, without filling the host's disk) refuses writes with
+/// [`RadosError::Full`] at once, not by hanging; reads and deletes still
+/// work, and writes do again once there is room.
+#[test]
+fn a_full_pool_refuses_writes_by_name_and_still_serves_reads() {
+    let Some(c) = TestCluster::shared() else { return };
+    let cluster = Cluster::connect(options(c)).unwrap();
+    let versions = VersionObjects::new(cluster.pool("quota").unwrap(), "full.");
+    c.ceph(&["osd", "pool", "set-quota", "quota", "max_bytes", "4194304"]);
+    let mut written = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let e = loop {
+        assert!(Instant::now() < deadline, "the quota never took effect");
+        let id = Uuid::new_v4();
+        let value = block_value(128, 1024, written.len() as u64);
+        let t0 = Instant::now();
+        match versions.put(id, &value) {
+            Ok(()) => written.push((id, value)),
+            Err(e) => {
+                assert!(t0.elapsed() < Duration::from_secs(3), "a refused write took {:?}", t0.elapsed());
+                break e;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(matches!(e, RadosError::Full { .. }), "{e}");
+    assert!(e.to_string().contains("is full") && e.to_string().contains("quota exceeded"), "{e}");
+    assert!(written.len() >= 4, "only {} MiB went in under a 4 MiB quota", written.len());
+    for (id, value) in &written {
+        assert_eq!(&versions.get(*id).unwrap(), value);
+    }
+    c.ceph(&["osd", "pool", "set-quota", "quota", "max_bytes", "0"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let id = Uuid::new_v4();
+    while let Err(e) = versions.put(id, &block_value(8, 8, 0)) {
+        assert!(matches!(e, RadosError::Full { .. }), "{e}");
+        assert!(Instant::now() < deadline, "writes did not resume once the quota was lifted");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    written.push((id, Vec::new()));
+    assert_eq!(versions.delete(&written.iter().map(|w| w.0).collect::<Vec<_>>()).unwrap(), written.len());
 }
