@@ -15,8 +15,8 @@ fi
 # where the toolchain has no clippy.
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --workspace --all-targets -- -D warnings
-  # The Ceph backend's crate with librados linked (issue 48).
-  cargo clippy -p ftbag-rados --all-targets --features rados -- -D warnings
+  # The Ceph backend's crate and `bench rados`, librados linked (issue 48).
+  cargo clippy -p ftbag-rados -p bench --all-targets --features ftbag-rados/rados,bench/rados -- -D warnings
 else
   echo "test: clippy is not installed; lints not checked" >&2
 fi

@@ -11,6 +11,8 @@ mod model_cmd;
 mod ooc_cmd;
 mod params_cmd;
 mod queue_cmd;
+#[cfg(feature = "rados")]
+mod rados_cmd;
 mod raytrace_cmd;
 mod recovery_cmd;
 mod report;
@@ -46,6 +48,9 @@ enum Command {
     Ooc(ooc_cmd::Args),
     /// Ray tracing with 2 slaves at several grains vs a single-process render.
     Raytrace(raytrace_cmd::Args),
+    /// Block versions as Ceph RADOS objects against version files (feature `rados`).
+    #[cfg(feature = "rados")]
+    Rados(rados_cmd::Args),
     /// One co-running kernel copy of `bench params` (internal).
     #[command(hide = true)]
     CorunCopy(corun::CopyArgs),
@@ -65,5 +70,7 @@ fn main() -> anyhow::Result<()> {
         Command::Ooc(args) => ooc_cmd::run(args),
         Command::CorunCopy(args) => corun::run_copy(args),
         Command::Raytrace(args) => raytrace_cmd::run(args),
+        #[cfg(feature = "rados")]
+        Command::Rados(args) => rados_cmd::run(args),
     }
 }
