@@ -3,11 +3,13 @@
 # RocksDB (linked instead of compiled: 22 s instead of 23 min), OpenBLAS
 # (BLAS + LAPACK), protoc, libclang for bindgen, iproute2 (`ip`, `tc`,
 # `bridge`: the network-namespace tests and ftbag-hosts), Chromium and
-# chromedriver (the dashboard's browser test, master/tests/dashboard.rs).
+# chromedriver (the dashboard's browser test, master/tests/dashboard.rs),
+# Ceph (ceph-mon, ceph-osd, ceph-mgr: the throwaway clusters of
+# scripts/ceph-cluster.sh; librados-dev: the `rados` feature, issue 48).
 # Skips what is there.
 set -euo pipefail
 need=()
-for pkg in librocksdb-dev libopenblas-dev protobuf-compiler libclang-dev pkg-config build-essential iproute2 chromium chromium-driver; do
+for pkg in librocksdb-dev libopenblas-dev protobuf-compiler libclang-dev pkg-config build-essential iproute2 chromium chromium-driver ceph-mon ceph-osd ceph-mgr librados-dev; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then

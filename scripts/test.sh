@@ -15,11 +15,17 @@ fi
 # where the toolchain has no clippy.
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --workspace --all-targets -- -D warnings
+  # The Ceph backend's crate and `bench rados`, librados linked (issue 48).
+  cargo clippy -p ftbag-rados -p bench --all-targets --features ftbag-rados/rados,bench/rados -- -D warnings
 else
   echo "test: clippy is not installed; lints not checked" >&2
 fi
 cargo build --workspace --all-targets
 cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/ftbag-test.log
+# The Ceph tier (issue 48): librados linked (`rados` feature), each test
+# binary starting one throwaway cluster (scripts/ceph-cluster.sh; root and
+# the Ceph packages, else its tests print `skipped:`).
+cargo test -p ftbag-rados --features rados --no-fail-fast 2>&1 | tee -a /tmp/ftbag-test.log
 # A test that cannot run its scenario here (no root for namespaces or a
 # tmpfs, no Chromium) passes with a line `skipped: <why>` on its output.
 # Every such line is reported; in CI, where root and Chromium are there,

@@ -11,6 +11,8 @@ mod model_cmd;
 mod ooc_cmd;
 mod params_cmd;
 mod queue_cmd;
+#[cfg(feature = "rados")]
+mod rados_cmd;
 mod raytrace_cmd;
 mod recovery_cmd;
 mod report;
@@ -49,6 +51,9 @@ enum Command {
     Raytrace(raytrace_cmd::Args),
     /// Every app in turn under seeded slave kills, zombies and store-node kills; checks exactly-once.
     Soak(soak_cmd::Args),
+    /// Block versions as Ceph RADOS objects against version files (feature `rados`).
+    #[cfg(feature = "rados")]
+    Rados(rados_cmd::Args),
     /// One co-running kernel copy of `bench params` (internal).
     #[command(hide = true)]
     CorunCopy(corun::CopyArgs),
@@ -69,5 +74,7 @@ fn main() -> anyhow::Result<()> {
         Command::CorunCopy(args) => corun::run_copy(args),
         Command::Raytrace(args) => raytrace_cmd::run(args),
         Command::Soak(args) => soak_cmd::run(args),
+        #[cfg(feature = "rados")]
+        Command::Rados(args) => rados_cmd::run(args),
     }
 }
