@@ -5,11 +5,10 @@
 //! was the workstation's. Several slaves on one multicore machine share
 //! what its cores share: caches, memory bandwidth, the power budget that
 //! sets their clocks, and, on a virtual machine, whatever the host's
-//! threads behind the virtual cores share. On a 16-core cloud VM
-//! (2026-11-27) each slave rendered 20–25 % slower with two slaves or
-//! more than one slave alone, every slave keeping its core busy; the
-//! model, with the ray rate timed alone, was 15–30 % short at every
-//! point with two slaves or more and within 5 % with one.
+//! threads behind the virtual cores share: on a 16-core cloud VM each
+//! slave rendered a fifth slower with two slaves or more than one slave
+//! alone, and a model with the rate timed alone came out short by as much
+//! (`PERFORMANCE.md`).
 //!
 //! Measured as a ratio: `k` processes, as `k` slaves are, run copies of a
 //! kernel at once, and a copy's time is set against one copy's alone in

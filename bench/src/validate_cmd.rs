@@ -101,8 +101,7 @@
 //! nothing while the average fits. With two slaves it runs up to 13 %
 //! longer in some runs (0.39 s in one, 0.46 s in another, 0.40 predicted
 //! both times), and at n = 8192 (`--n 8192`) most LU and Cholesky points
-//! are under-predicted, by 2–17 % (7 to 11 of 12 within 10 % in six runs
-//! before dag tasks released ahead of their puts, 9 after, 2026-11-25).
+//! are under-predicted, by 2–17 % (`bench/VALIDATION.md`).
 //! What the parameters do not see: a task's reads wait although
 //! prefetched (0.6–1.1 ms a task of 8 or more blocks, about half of it the
 //! first read), and round trips made while
@@ -298,10 +297,8 @@ fn thesis_params(params: &Params) -> Params {
 /// Seconds the kernels of one run of `app` take at `params`' rates, timed
 /// alone: the model's single-slave time with every transfer free and no
 /// per-task costs, the kernels at their measured curves as the model
-/// prices them. (Until 2026-11-26 this took the thesis's piecewise rates,
-/// whose fit at b = 1024 is 25–30 % slow for dtrsm and dpotrf: the
-/// column said Cholesky's and LU's kernels ran 10 % faster in one-slave
-/// jobs than alone at b = 1024, in three grids of one day.)
+/// prices them, not the thesis's piecewise rates, whose fit is too slow
+/// for dtrsm and dpotrf at large b.
 fn kernels_alone(app: App, n: u64, b: u64, params: &Params) -> anyhow::Result<f64> {
     if app == App::Raytrace {
         return Ok(0.0);

@@ -196,11 +196,10 @@ pub struct Options {
     /// in a job it runs beside the next task's kernel, and its threads
     /// ([`ENDING_THREADS`]: the slave's runtime and the node's) take their
     /// turns with every slave's. It takes `max(1, (s + 2) / cores)` times
-    /// its time alone. On this two-vCPU VM the jobs' endings took 1.6–2.5
-    /// times the figure timed alone in four grids (2026-11-27), with one
-    /// slave and two; on a 16-vCPU VM with up to eight slaves, 0.8–1.3
-    /// times; with the kernels as `SCHED_IDLE` (`slave --compute idle`),
-    /// which give way to the ending, 0.9–1.5 times: off there.
+    /// its time alone. Where the slaves fill the cores (a two-vCPU VM) the
+    /// jobs' endings took about twice their time alone; where cores were
+    /// spare, or the kernels gave way (`slave --compute idle`), about their
+    /// time alone, and this is off there (`bench/VALIDATION.md`).
     #[serde(default)]
     pub ending_shares_cores: bool,
     /// Network transfers cost `l + g·bytes` from the BSP parameters

@@ -177,14 +177,9 @@ struct Sharing {
     /// for. A read that no spare core hides runs while its slave's kernel
     /// waits for it, so it takes a core from no kernel (with two slaves on
     /// two cores, one reads while the other computes); only the store and
-    /// the reads that run beside a kernel do. (Each task records its
-    /// kernel time since 2026-11-26. n = 4096, two slaves on two cores,
-    /// the job's kernels took 15.6, 8.1 and 6.0 % longer than alone for
-    /// matmul at b = 256, 512, 1024, where the slow-down with every read as
-    /// load was 31, 20 and 14 %: matmul reads 32 blocks a task and was
-    /// predicted 18–21 % long at b = 256 in three grids. Cholesky's and
-    /// LU's, whose reads are few, 22–40 % at b ≤ 512, where it was
-    /// 27–46 %.)
+    /// the reads that run beside a kernel do. (Counting every read as load
+    /// predicted matmul's kernels, which read 32 blocks a task, about
+    /// twice as slowed as the tasks' records measured.)
     kernels: SharedCpu,
 }
 
@@ -482,8 +477,8 @@ pub fn predict(app: App, n: u64, b: u64, params: &Params, options: &Options) -> 
     // the lower bound, the load was that of a run 30–40 % shorter than
     // the one predicted for two slaves at b = 256, n = 4096, on two
     // cores: Cholesky's and LU's kernels were slowed 1.33–1.39 times
-    // where the jobs' task records measured 1.11–1.24 in four grids
-    // (2026-11-26); over the run, 1.22–1.27. LU there, the one point of
+    // where the jobs' task records measured 1.11–1.24; over the run,
+    // 1.22–1.27. LU there, the one point of
     // those grids the model missed, was predicted 13 and 18 % long.)
     for _ in 0..RUN_ROUNDS {
         let run = (prediction.predicted - latency).max(0.0);
@@ -535,10 +530,9 @@ fn predict_over(app: App, n: u64, b: u64, params: &Params, options: &Options, ru
     // (Extension: with each task's requests too. Two slaves on two cores,
     // ray tracing, ran their tasks 2.6 % slower than one slave did; the
     // store took 0.2 ms of CPU per task.)
-    // (Extension: and the slaves' side of those requests. Each task's
-    // record keeps its kernel time since 2026-11-26: n = 4096, two slaves
-    // on two cores, Cholesky's and LU's kernels at b <= 512, whose tasks
-    // are short, took 22-40 % longer than alone, matmul's 6-16 %.)
+    // (Extension: and the slaves' side of those requests. Two slaves on
+    // two cores: Cholesky's and LU's kernels at b <= 512, whose tasks are
+    // short, took 22-40 % longer than alone, matmul's 6-16 %.)
     let volumes = match app {
         App::Matmul => matmul::volumes(n, b, options.matmul_caching, s),
         App::Cholesky(v) => cholesky::volumes(n, b, v),

@@ -550,17 +550,9 @@ const WARM_GROUP: usize = 16;
 /// opens the next; every block left at once once a group was `cold` (not
 /// cached), so that all their reads are in flight together.
 ///
-/// Until 2026-11-27 a get was answered two blocks first, then four at a
-/// time: a block's open, lock and header took about 14 µs then, and the
-/// client would have waited for all of them. Since the read hint is given
-/// only to files not cached, a block costs the node 5–6 µs (timers in the
-/// node: 88–103 µs for 16), while each further reply cost the client a
-/// `recvmsg` and a header read, about 3 µs a block over a batch of 16 in
-/// groups of 2 and 4 (timers in the client); and on two vCPUs the woken
-/// client often runs on the node's, so the node's next opens wait anyway.
-/// `bench blocks --sizes 256 --no-cold --mib 256`, warm batched gets,
-/// binaries alternating four times: groups of 2 then 4 0.53, 0.52, 0.51,
-/// 0.49 of raw; 8 then 8 0.48, 0.53, 0.53, 0.54; 16 0.53, 0.55, 0.55, 0.57.
+/// A warm block costs the node a few µs to open and lock, about what each
+/// further reply costs the client; smaller groups made warm batched gets
+/// no faster (`PERFORMANCE.md`).
 fn local_group(left: usize, cold: bool) -> usize {
     if cold {
         left

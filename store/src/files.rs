@@ -1,72 +1,45 @@
 //! Block versions as files: `<data>/blocks/<version>` holds one version's
 //! stored form (header, then payload), written once and never changed.
 //!
-//! Why not RocksDB values (BlobDB, as before): a block put there is written
-//! twice (WAL, then the blob file at flush) and copied three times (WAL,
-//! memtable, flush), and a get copies it out of RocksDB's buffers again.
-//! A file per version is written once, synced once, and read with one
-//! `read`. RocksDB keeps what needs its atomic batches: the pointer
-//! `"B" matrix i j → version` that a commit switches.
+//! Why not RocksDB values: a block put there is written twice (WAL, then
+//! the blob file at flush) and copied three times, and a get copies it out
+//! of RocksDB's buffers again. A file per version is written once, synced
+//! once, and read with one `read`. RocksDB keeps what needs its atomic
+//! batches: the pointer `"B" matrix i j → version` that a commit switches.
 //!
-//! Durability: a version's data is synced before the commit naming it is
-//! answered ([`BlockFiles::write`] before the put is answered; a streamed
-//! put's [`BlockFiles::sync_later`] by its commit, [`BlockFiles::sync_staged`],
-//! beside the commit's batch, whose undo record (`undo.rs`) undoes it at
-//! the next open should the version not have reached the disk), and its
-//! directory entry is durable before that batch, so an acknowledged
-//! pointer never names a file that a crash could lose. Files no
-//! committed pointer names (staged by actions that never committed,
-//! replaced versions whose unlink a crash interrupted, spares) are removed
-//! at open ([`BlockFiles::sweep`]).
-//!
-//! Spares: creating a file and syncing the directory cost a put and its
-//! commit about 0.3 ms of a 2 ms put of a 512 KiB block (two metadata
-//! round trips to the disk; `perf trace` of `bench blocks`). So empty
-//! files are made ahead, [`SPARES`] at a time with one directory sync
-//! ([`BlockFiles::refill`], on a thread of its own: a create costs 0.2 ms
-//! here, and a refill on the committer held up the next commit), and a
-//! put writes into one of them: its version id is the spare's name. Only a
-//! version made when no spare was left needs the directory synced before
-//! its commit ([`BlockFiles::sync_dir_if_needed`]).
-//!
-//! Recycling: a version that a durable commit replaced (or that an action
-//! staged and dropped) is not unlinked but kept, up to [`RECYCLED_FILES`]
-//! files and [`RECYCLED_BYTES`], and the next put overwrites it in place,
-//! under its old name (RocksDB recycles its WAL files for the same
-//! reason). Overwriting a file of the same length allocates no pages and
-//! no disk extents, and its `fdatasync` has no metadata to journal: an
-//! 8 MiB write took 0.9 ms into a recycled file's cached pages against
-//! 13–21 ms into a new file's fresh ones on this VM (whose freed memory
-//! goes back to the host, so each fresh page is a host fault), and its
-//! sync 2.2 ms against 4.5–5 ms. It is safe because nobody can still read
-//! a replaced version under a lock: the replacing commit held the block's
-//! exclusive lock, and a version is recycled only once that commit is
-//! durable, so no committed pointer names it, now or after a crash. A
-//! lock-free read of the committed state may race with the overwrite: the
-//! node reads again if the pointer no longer names the version once it
-//! read it (or its header, for a client that reads the payload itself:
-//! `blocks::Recheck`), since the file may then hold another whole block;
-//! an overwrite after that fails the reader's checksum, and
-//! `Client::read_block_committed` reads again.
-//!
-//! No warm spares: a put of a block nobody wrote before (a multiply's C,
-//! a Cholesky's L) writes into an empty spare. Until 2026-11-26 a thread
-//! kept up to 32 spares warm by writing zeros over them (one `pwrite` of
-//! the latest put's length), so that such a put would overwrite cached
-//! pages. On this VM a 2 MiB zero write took 4.5–5.5 ms: a large folio
-//! comes from the high-order free blocks the guest has reported to the
-//! host, each page of it a host fault, and the write is not preempted,
-//! so a request whose thread waited for that core waited with it
-//! (a one-slave dag Cholesky at n = 4096, b = 512: ten task begins of 36
-//! took 5 ms). The puts themselves take the page cache in pipe-sized
-//! pieces, mostly recycled pages. `bench validate`, two runs of each
-//! build alternating, without the warm spares: dag Cholesky b = 512 on one
-//! slave 0.62 s against 0.70–0.73, LU b = 512 1.33 / 0.92 s against
-//! 1.47 / 1.09 (one / two slaves), matmul b = 512 2.88 / 1.66 against
-//! 3.05 / 1.81, b = 256 and 1024 unchanged; the node's CPU in the one-slave
-//! b = 512 jobs fell from 28–39 % to 11–14 %. `bench blocks` put of new
-//! blocks at b = 256 and 512, two runs each: 0.52–0.72 of raw without,
-//! 0.51–0.79 with.
+//! - **Durability.** A version's data is synced before the commit naming
+//!   it is answered ([`BlockFiles::write`] before the put is answered; a
+//!   streamed put's [`BlockFiles::sync_later`] by its commit,
+//!   [`BlockFiles::sync_staged`], beside the commit's batch, whose undo
+//!   record (`undo.rs`) undoes it at the next open should the version not
+//!   have reached the disk), and its directory entry is durable before
+//!   that batch: an acknowledged pointer never names a file a crash could
+//!   lose. Files no committed pointer names are removed at open
+//!   ([`BlockFiles::sweep`]).
+//! - **Spares.** Creating a file and syncing the directory are two
+//!   metadata round trips to the disk, a large part of a small put. Empty
+//!   files are made ahead, [`SPARES`] at a time with one directory sync
+//!   ([`BlockFiles::refill`], on a thread of its own so that no commit
+//!   waits for it), and a put writes into one: its version id is the
+//!   spare's name. Only a version made when no spare was left needs the
+//!   directory synced before its commit ([`BlockFiles::sync_dir_if_needed`]).
+//!   Spares are not pre-written ("warm"): zero-filling them cost more in
+//!   host page faults than it saved (`PERFORMANCE.md`).
+//! - **Recycling.** A version that a durable commit replaced (or that an
+//!   action staged and dropped) is kept, up to [`RECYCLED_FILES`] files and
+//!   [`RECYCLED_BYTES`], and the next put overwrites it in place under its
+//!   old name, as RocksDB recycles its WAL files: overwriting a file of the
+//!   same length allocates no pages and no extents, and its `fdatasync`
+//!   has no metadata to journal. It is safe because nobody can still read
+//!   a replaced version under a lock: the replacing commit held the block's
+//!   exclusive lock, and a version is recycled only once that commit is
+//!   durable, so no committed pointer names it, now or after a crash. A
+//!   lock-free read of the committed state may race with the overwrite:
+//!   the node reads again if the pointer no longer names the version once
+//!   it read it (or its header, for a client that reads the payload
+//!   itself: `blocks::Recheck`), since the file may then hold another
+//!   whole block; an overwrite after that fails the reader's checksum, and
+//!   `Client::read_block_committed` reads again.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
@@ -889,226 +862,4 @@ impl BlockFiles {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A blocks directory whose versions are of the CRC-32C format is
-    /// refused; one of this format, an empty one, and one with only a
-    /// spare or a damaged header (a single bad block is a get's `Corrupt`,
-    /// not the store's) are taken.
-    #[test]
-    fn a_directory_of_the_earlier_block_format_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = BlockFiles::open(dir.path()).unwrap();
-        files.check_format().unwrap();
-        std::fs::write(files.dir.join("spare"), b"").unwrap();
-        files.check_format().unwrap();
-        let payload = [0u8; 64];
-        let header = BlockHeader { rows: 2, cols: 4, checksum: block::checksum(&payload) };
-        let v = files.write(&[&header.encode()[..], &payload].concat()).unwrap();
-        files.check_format().unwrap();
-        let path = files.path(v);
-        let mut bytes = std::fs::read(&path).unwrap();
-        bytes[0..4].copy_from_slice(b"XXXX");
-        std::fs::write(&path, &bytes).unwrap();
-        files.check_format().unwrap();
-        bytes[0..4].copy_from_slice(b"FTB1");
-        std::fs::write(&path, &bytes).unwrap();
-        let e = files.check_format().unwrap_err();
-        assert!(
-            matches!(&e, StoreError::Storage { what } if what.contains("earlier format (FTB1") && what.contains("import them again")),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn written_versions_read_back_and_a_sweep_keeps_only_the_named() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = BlockFiles::open(dir.path()).unwrap();
-        let a = files.write(b"alpha").unwrap();
-        let b = files.write(b"beta").unwrap();
-        assert_ne!(a, b);
-        files.sync_dir_if_needed().unwrap();
-        assert_eq!(files.read(a).unwrap().as_deref(), Some(&b"alpha"[..]));
-        std::fs::write(files.dir.join("stray"), b"x").unwrap();
-        assert_eq!(files.sweep(&HashSet::from([a])).unwrap(), 2);
-        assert_eq!(files.read(b).unwrap(), None);
-        assert_eq!(files.read(a).unwrap().as_deref(), Some(&b"alpha"[..]));
-        files.corrupt(a, 1).unwrap();
-        assert_eq!(files.read(a).unwrap().as_deref(), Some(&b"a\x36pha"[..]));
-        files.remove(&[a, b]);
-        assert_eq!(files.read(a).unwrap(), None);
-    }
-
-    #[test]
-    fn puts_take_spares_once_and_only_creates_need_a_directory_sync() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = BlockFiles::open(dir.path()).unwrap();
-        let created = files.write(b"made on the spot").unwrap();
-        assert!(files.unsynced.load(Ordering::SeqCst), "a created version needs the directory synced");
-        files.sync_dir_if_needed().unwrap();
-        assert!(!files.unsynced.load(Ordering::SeqCst));
-
-        files.refill().unwrap();
-        let spares: HashSet<Uuid> = files.spares.lock().unwrap().iter().copied().collect();
-        assert_eq!(spares.len(), SPARES);
-        let mut taken = HashSet::new();
-        for k in 0..SPARES {
-            let v = files.write(format!("version {k}").as_bytes()).unwrap();
-            assert!(spares.contains(&v) && taken.insert(v), "each spare is handed out once");
-            assert_eq!(files.read(v).unwrap(), Some(format!("version {k}").into_bytes()));
-        }
-        assert!(!files.unsynced.load(Ordering::SeqCst), "spares need no directory sync");
-        // Spares left over are garbage to the next open's sweep.
-        files.refill().unwrap();
-        let keep: HashSet<Uuid> = taken.iter().copied().chain([created]).collect();
-        assert_eq!(files.sweep(&keep).unwrap(), SPARES);
-        assert_eq!(files.read(created).unwrap().as_deref(), Some(&b"made on the spot"[..]));
-    }
-
-    #[test]
-    fn retired_versions_are_overwritten_in_place_within_the_caps() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = BlockFiles::open(dir.path()).unwrap();
-        let long = files.write(&[7u8; 100]).unwrap();
-        let short = files.write(&[8u8; 40]).unwrap();
-        files.retire(&[long, short]);
-        assert_eq!(files.recycled.lock().unwrap().bytes, 140);
-
-        // A value of a recycled file's length goes into that file.
-        let again = files.write(&[1u8; 100]).unwrap();
-        assert_eq!(again, long);
-        assert_eq!(files.read(again).unwrap(), Some(vec![1u8; 100]));
-        // Else the newest: a longer file is cut to the value's length, a
-        // shorter one grows.
-        let grown = files.write(&[2u8; 60]).unwrap();
-        assert_eq!(grown, short);
-        assert_eq!(files.read(grown).unwrap(), Some(vec![2u8; 60]));
-        files.retire(&[again]);
-        let cut = files.write(&[3u8; 10]).unwrap();
-        assert_eq!(cut, long);
-        assert_eq!(files.read(cut).unwrap(), Some(vec![3u8; 10]));
-        assert_eq!(files.recycled.lock().unwrap().files.len(), 0);
-        // With nothing recycled, a put makes a fresh version.
-        let fresh = files.write(&[4u8; 10]).unwrap();
-        assert!(![long, short].contains(&fresh));
-
-        // Beyond the file cap, retired versions are unlinked.
-        let many: Vec<Uuid> = (0..RECYCLED_FILES + 3).map(|k| files.write(&[k as u8; 8]).unwrap()).collect();
-        files.retire(&many);
-        assert_eq!(files.recycled.lock().unwrap().files.len(), RECYCLED_FILES);
-        let gone = many.iter().filter(|&&v| files.read(v).unwrap().is_none()).count();
-        assert_eq!(gone, 3);
-        // A version already gone is not kept.
-        files.release_recycled();
-        files.retire(&[many[0]]);
-        assert_eq!(files.recycled.lock().unwrap().files.len(), 0);
-        // Recycled versions are garbage to the next open's sweep.
-        files.retire(&[fresh]);
-        assert_eq!(files.sweep(&HashSet::from([cut, grown])).unwrap(), 1);
-    }
-
-    /// A version just written is in the page cache, so a batch's read hint
-    /// is skipped for it (the check itself must work here: a check that
-    /// always failed would give every warm batch the hint's cost back);
-    /// one whose header fails its checks is left to the read that reports it.
-    #[test]
-    fn a_version_just_written_counts_as_cached() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = BlockFiles::open(dir.path()).unwrap();
-        let payload = vec![7u8; 3 << 20];
-        let header = BlockHeader { rows: 512, cols: 768, checksum: block::checksum(&payload) };
-        let mut value = header.encode().to_vec();
-        value.extend_from_slice(&payload);
-        let v = files.write(&value).unwrap();
-        let f = File::open(files.path(v)).unwrap();
-        assert_eq!(cached_version_header(&f), Some(header));
-        let short = files.write(&value[..value.len() - 8]).unwrap();
-        assert_eq!(cached_version_header(&File::open(files.path(short)).unwrap()), None, "shorter than its header says");
-        let garbage = files.write(&[7u8; 4096]).unwrap();
-        assert_eq!(cached_version_header(&File::open(files.path(garbage)).unwrap()), None, "no block header");
-        assert!(first_page_cached(&f));
-        // Dropped from the page cache (it is synced: its pages are clean).
-        // SAFETY: a plain syscall on a descriptor this test owns.
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        assert!(!first_page_cached(&f), "a version just dropped from the page cache");
-        assert_eq!(cached_version_header(&f), None);
-    }
-
-    /// Block files holding one retired version of 64 bytes, which the next
-    /// staging reuses.
-    fn with_one_recycled() -> (tempfile::TempDir, BlockFiles, Uuid) {
-        let dir = tempfile::tempdir().unwrap();
-        let files = BlockFiles::open(dir.path()).unwrap();
-        let old = files.write(&[9u8; 64]).unwrap();
-        files.retire(&[old]);
-        (dir, files, old)
-    }
-
-    /// A streamed put's version waits unsynced, cut to its length and
-    /// readable, until its commit syncs it or its action drops it.
-    #[test]
-    fn a_version_synced_later_is_synced_once_or_forgotten() {
-        let (_dir, files, old) = with_one_recycled();
-        let staging = files.stage(16).unwrap();
-        staging.write_unsynced_at(&[3u8; 16], 0).unwrap();
-        let v = files.sync_later(staging).unwrap();
-        assert_eq!(v, old, "into the recycled file");
-        // Cut at once: a read of the action's own write sees the value alone.
-        assert_eq!(files.read(v).unwrap(), Some(vec![3u8; 16]));
-        assert!(files.syncing.lock().unwrap().contains_key(&v));
-        // The commit syncs it and takes it out; a second commit naming it
-        // (none can) or a version synced at its put has nothing to do.
-        let synced_at_put = files.write(&[4u8; 8]).unwrap();
-        files.sync_staged(&[v, synced_at_put]).unwrap();
-        assert!(files.syncing.lock().unwrap().is_empty());
-        files.sync_staged(&[v]).unwrap();
-        // A version its action drops is forgotten with it.
-        let staging = files.stage(8).unwrap();
-        staging.write_unsynced_at(&[5u8; 8], 0).unwrap();
-        let dropped = files.sync_later(staging).unwrap();
-        files.retire(&[dropped]);
-        assert!(files.syncing.lock().unwrap().is_empty());
-    }
-
-    #[test]
-    fn a_version_written_in_pieces_reads_back_whole() {
-        let (_dir, files, old) = with_one_recycled();
-        // Pieces out of order into the longer recycled file: the finish
-        // cuts it to the value's length.
-        let staging = files.stage(40).unwrap();
-        assert_eq!(staging.version(), old, "the recycled file is reused");
-        staging.write_at(&[2u8; 20], 20).unwrap();
-        staging.write_at(&[1u8; 20], 0).unwrap();
-        staging.finish().unwrap();
-        let mut want = vec![1u8; 20];
-        want.extend([2u8; 20]);
-        assert_eq!(files.read(old).unwrap(), Some(want));
-        // An abandoned staging is kept for reuse, a failed one removed.
-        let abandoned = files.stage(8).unwrap();
-        let v = abandoned.version();
-        files.abandon(abandoned);
-        assert!(files.recycled.lock().unwrap().files.iter().any(|&(r, _)| r == v));
-        let other = files.write(&[5u8; 8]).unwrap();
-        files.retire(&[other]);
-        let failing = files.stage(8).unwrap();
-        let taken = failing.version();
-        assert_eq!(taken, other, "a recycled file of the value's length first");
-        let e = files.failed(failing, std::io::Error::from_raw_os_error(28));
-        assert!(matches!(e, StoreError::StorageFull { .. }), "{e}");
-        assert_eq!(files.read(taken).unwrap(), None);
-        assert!(files.recycled.lock().unwrap().files.is_empty(), "a full disk gives the recycled space back");
-        assert_eq!(files.read(v).unwrap(), None);
-    }
-
-    #[test]
-    fn the_byte_cap_bounds_the_recycled_versions() {
-        let mut r = Recycled::default();
-        assert!(r.keep(Uuid::new_v4(), RECYCLED_BYTES - 1));
-        assert!(!r.keep(Uuid::new_v4(), 2), "over the byte cap");
-        assert!(r.keep(Uuid::new_v4(), 1));
-        assert_eq!(r.bytes, RECYCLED_BYTES);
-        assert!(r.take(5).is_some());
-        assert_eq!(r.bytes, RECYCLED_BYTES - 1);
-    }
-}
+mod tests;

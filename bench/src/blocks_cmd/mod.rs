@@ -39,10 +39,9 @@
 //! the sides take in turns (raw, then store; store first every other
 //! chunk): each chunk gives a pair of times measured under the same host
 //! conditions, and a figure is the **median of its pairs' ratios**, with
-//! their quartiles beside it (`paired`). Until 2026-11-26 each side ran
-//! whole passes in turn and the figure was the ratio of each side's best
-//! pass; that figure is still printed (`best_pass_ratio`), and so are the
-//! best passes' rates. The cold gets still run whole passes (a chunk cannot
+//! their quartiles beside it (`paired`). The ratio of each side's best
+//! whole pass is printed too (`best_pass_ratio`), and so are the best
+//! passes' rates. The cold gets still run whole passes (a chunk cannot
 //! be made cold for one side alone) and report the best pass of each side.
 
 mod hosts;

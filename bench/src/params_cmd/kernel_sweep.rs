@@ -31,23 +31,14 @@ pub(super) fn time_kernel<T>(min_secs: f64, mut setup: impl FnMut() -> T, mut op
 /// not on operands left in the caches by the previous call. So each
 /// kernel's `setup` copies its operands from sources evicted here, as a
 /// read does, and the timed call finds the copies warm. (Timing the
-/// copies' sources cold instead, as the sweep did until 2026-11-25: dgemm
-/// at b = 256 ran 44–46 Gflop/s, against 52.1–52.7 with operands copied
-/// in and 52.2–52.9 warm, b = 512 49–51 against 51–53, b = 1024 the same;
-/// in a matmul job, n = 4096, one slave, its 4096 dgemms took 2.69 s of
-/// `kernel_ms`, 51.0 Gflop/s. `bench validate`, old and new sweep
-/// alternating twice: mean |error| 5.5 and 4.9 % before, 4.8 and 4.3 %
-/// after; largest 24.1 and 14.4 %, 12.0 and 15.8 %. Long ago, with kernels
-/// timed warm and without the per-task costs the model has now, it had
-/// predicted every b = 256 Cholesky and LU job 15–25 % faster than it ran.)
+/// copies' sources cold instead made dgemm at b = 256 about 15 % slower
+/// than in jobs, and the model's errors larger; see `PERFORMANCE.md`.)
 pub(super) struct CacheEvictor(Vec<u64>);
 
 impl CacheEvictor {
-    /// Twice the largest cache this machine reports, and at least 64 MiB
-    /// (a fixed 64 MiB until 2026-11-27, twice this VM's 32 MiB L3; a
-    /// 16-vCPU Xeon VM reported 300 MiB, and timed its kernels on operands
-    /// left in that cache: a matmul job's dgemms at b = 512 ran 22–38 %
-    /// over their time alone there).
+    /// Twice the largest cache this machine reports, and at least 64 MiB:
+    /// a machine with a larger cache than a fixed size would time its
+    /// kernels on operands left in it, faster than a job's.
     fn bytes() -> usize {
         let largest = (0..8)
             .filter_map(|i| std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size")).ok())

@@ -133,11 +133,9 @@ pub(crate) async fn task_costs_now(client: &Client, quick: bool) -> anyhow::Resu
 /// successors wait for its ending. Returns `(start behind, ending)`.
 ///
 /// The matrix is filled first, so that every timed put replaces an older
-/// version of its block, as a job's and `bench params`' do. (Until
-/// 2026-11-27 it was empty, and half the puts made a block's first
-/// version: at 8 MiB the endings re-timed before each point read 8.4–13.4
-/// ms where the parameter file said 3.6, the jobs' own 5.1–10.3, and the
-/// dag Cholesky at b = 1024 with two slaves was predicted 12.6 % long.)
+/// version of its block, as a job's and `bench params`' do: a block's
+/// first version costs a put far more (fresh pages and extents), and
+/// endings timed on those would price every job's too high.
 pub(crate) async fn endings_now(client: &Client, b: usize) -> anyhow::Result<(Point, Point)> {
     // 16 blocks, each then overwritten twice.
     let g = 4u32;

@@ -7,9 +7,7 @@
 //! by side on equal terms: each point's JSON keeps the model's inputs
 //! as `validate` used them (`model_input`: the app, the parameters with
 //! that point's re-timed rates, the options), so the replay differs from
-//! the recorded prediction only where the model did. (2026-11-26: the
-//! store's load spread over the predicted run was judged by such a
-//! replay, done by hand with two builds, over ten grids.)
+//! the recorded prediction only where the model did.
 
 use std::path::{Path, PathBuf};
 
