@@ -76,8 +76,10 @@ pub struct RankReport {
     /// Supersteps whose output this rank committed.
     pub checkpoints: Vec<u32>,
     pub flops: f64,
-    /// Bytes of B this rank read from the store and sent to other ranks.
+    /// Bytes of B this rank read from the store, and of A, B and C in all.
     pub b_read: u64,
+    pub read: u64,
+    /// Bytes this rank sent to other ranks.
     pub sent: u64,
     /// Wall time of the supersteps run, seconds.
     pub steps_s: f64,
@@ -115,15 +117,20 @@ pub fn run(
     let start = bsp::collectives::allreduce(bsp, &[f64::from(committed)], f64::min)?[0] as u32;
     let rows = rows_of(c, p, r);
     let mut cs: Vec<Vec<Block>> = Vec::with_capacity(rows.len());
+    let mut report_read = 0u64;
     for &i in &rows {
         let mut row = Vec::with_capacity(n as usize);
         for j in 0..n {
             let (h, w) = c.block_shape(i, j);
-            row.push(if committed > 0 { store.read_output(c, i, j)? } else { Block::zeros(h, w) });
+            let blk = if committed > 0 { store.read_output(c, i, j)? } else { Block::zeros(h, w) };
+            if committed > 0 {
+                report_read += (blk.data.len() * 8) as u64;
+            }
+            row.push(blk);
         }
         cs.push(row);
     }
-    let mut report = RankReport { start, supersteps: steps, ..RankReport::default() };
+    let mut report = RankReport { start, supersteps: steps, read: report_read, ..RankReport::default() };
     let mut every = match interval {
         Interval::Every(e) => e.max(1),
         Interval::Model { .. } => 0,
@@ -141,6 +148,7 @@ pub fn run(
             let bytes = blk.as_le_bytes();
             read_bytes += bytes.len() as u64;
             report.b_read += bytes.len() as u64;
+            report.read += bytes.len() as u64;
             for q in (0..p).filter(|q| *q != r) {
                 bsp.send(q as usize, &u64::from(j).to_le_bytes(), &bytes)?;
                 report.sent += bytes.len() as u64;
@@ -167,6 +175,7 @@ pub fn run(
                 let aik = store.read_input(a, i, k)?;
                 read_time += t.elapsed();
                 read_bytes += (aik.data.len() * 8) as u64;
+                report.read += (aik.data.len() * 8) as u64;
                 for (j, bkj) in row.iter().enumerate() {
                     kernels::gemm(1.0, &aik, false, bkj, false, 1.0, &mut cs[x][j]);
                     report.flops += 2.0 * (aik.rows * bkj.cols * aik.cols) as f64;

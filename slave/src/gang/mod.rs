@@ -170,7 +170,7 @@ pub(crate) async fn run_rank(
                     attempts: task.attempts,
                     finished_ms: record::now_ms(),
                     compute_ms: started.elapsed().as_millis() as u64,
-                    bytes_store: report.b_read,
+                    bytes_store: report.read,
                     ..TaskDone::default()
                 };
                 action.write_small(&key, &serde_json::to_vec(&done).expect("plain struct")).await?;
