@@ -12,11 +12,14 @@
 //! tasklog/<id>/<ms>-<slave>-<seq>  TaskFailure (JSON): a run of a task that
 //!                          failed and sent it back (`master job log`)
 //! done/<id>/<seq in bag>@<bag index>   TaskDone (JSON), one per committed task
+//! gang/<id>/…              a gang job's coordination ([`gang`])
 //! ```
 
 use apps::job::JobSpec;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+
+pub mod gang;
 
 /// What a job is and the bags it runs, in order.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -25,6 +28,10 @@ pub struct JobRecord {
     pub bags: Vec<String>,
     pub n_tasks: Vec<usize>,
     pub submitted_ms: u64,
+    /// A data-parallel job: its one bag holds rank tasks that run together
+    /// as a BSP group (`gang`). Absent: a bag-of-tasks job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<gang::GangSpec>,
 }
 
 impl JobRecord {

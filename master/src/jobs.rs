@@ -32,6 +32,8 @@ pub(crate) enum Submit {
         #[arg(long)]
         force: bool,
         #[command(flatten)]
+        gang: crate::gang_cmd::GangArgs,
+        #[command(flatten)]
         store: StoreArgs,
     },
     /// A = L·Lᵀ (left-looking, lower factor in OUT, upper triangle zero).
@@ -116,7 +118,15 @@ pub(crate) async fn submit(cmd: Submit) -> anyhow::Result<()> {
         }
     };
     let id = match cmd {
-        Submit::Matmul { a, b, out, force, .. } => submit_matmul(&client, &a, &b, &out, force).await?,
+        Submit::Matmul { a, b, out, force, gang, .. } => match gang.spec()? {
+            None => submit_matmul(&client, &a, &b, &out, force).await?,
+            Some(gang) => {
+                let a = meta(&client.matrix_by_name(&a).await?);
+                let b = meta(&client.matrix_by_name(&b).await?);
+                let c = create_output(&client, &out, force, &AppRequest::Matmul { a: &a, b: &b }).await?;
+                submit_spec_with(&client, JobSpec::Matmul { job: Uuid::new_v4(), a, b, c }, Some(gang)).await?
+            }
+        },
         Submit::Cholesky { a, out, force, variant, flag_timeout_ms, .. } => {
             let variant: CholeskyVariant = variant.into();
             let a = meta(&client.matrix_by_name(&a).await?);
@@ -187,6 +197,11 @@ async fn create_output(client: &Client, name: &str, force: bool, req: &AppReques
 /// of every bag in one top-level action. If planning fails, the outputs
 /// created for it are removed again.
 pub(crate) async fn submit_spec(client: &Client, spec: JobSpec) -> anyhow::Result<Uuid> {
+    submit_spec_with(client, spec, None).await
+}
+
+/// [`submit_spec`], as a gang job of one bag of rank tasks with `gang`.
+pub(crate) async fn submit_spec_with(client: &Client, spec: JobSpec, gang: Option<record::gang::GangSpec>) -> anyhow::Result<Uuid> {
     let outputs: Vec<Uuid> = match &spec {
         JobSpec::Matmul { c, .. } => vec![c.id.0],
         JobSpec::Cholesky { l, .. } => vec![l.id.0],
@@ -194,7 +209,10 @@ pub(crate) async fn submit_spec(client: &Client, spec: JobSpec) -> anyhow::Resul
         JobSpec::Raytrace { .. } => vec![],
     };
     let result = async {
-        let plan = plan(&spec)?;
+        let mut plan = plan(&spec)?;
+        if let Some(gang) = &gang {
+            plan = apps::job::Plan { bags: vec![crate::gang_cmd::rank_bag(&spec, gang)?], initial_small: vec![] };
+        }
         if let JobSpec::Cholesky { l, .. } = &spec {
             // L's upper blocks are zero and no task writes them.
             let ids: Vec<(u32, u32)> = apps::cholesky::upper_zero_blocks(l).map(|b| (b.i, b.j)).collect();
@@ -210,6 +228,7 @@ pub(crate) async fn submit_spec(client: &Client, spec: JobSpec) -> anyhow::Resul
             n_tasks: task_counts(&spec, &plan),
             spec: spec.clone(),
             submitted_ms: record::now_ms(),
+            gang,
         };
         let session = client.open_session("master submit").await?;
         let a = session.begin().await?;
@@ -763,7 +782,7 @@ mod tests {
     fn status(n_tasks: usize, done: usize, finished: bool) -> JobStatus {
         let params = apps::raytrace::RenderParams { level: 0, width: 4, height: n_tasks as u32, grain: 1, samples: 1 };
         let spec = JobSpec::Raytrace { job: Uuid::new_v4(), name: "img".into(), params };
-        let record = JobRecord { spec, bags: vec!["b".into()], n_tasks: vec![n_tasks], submitted_ms: 0 };
+        let record = JobRecord { spec, bags: vec!["b".into()], n_tasks: vec![n_tasks], submitted_ms: 0, gang: None };
         let one = TaskDone { count: 1, slave: "s".into(), finished_ms: 1, compute_ms: 1, ..TaskDone::default() };
         JobStatus { record, per_bag: vec![], failed: None, cancelled: None, finished_ms: finished.then_some(1), done: vec![one; done] }
     }

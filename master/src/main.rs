@@ -6,6 +6,7 @@ mod certs;
 mod choices;
 mod control;
 mod demo;
+mod gang_cmd;
 mod joblog;
 mod jobs;
 mod manual;
@@ -269,10 +270,18 @@ async fn run(command: Command) -> anyhow::Result<bool> {
             let id = jobs::resolve(&client, &job).await?;
             let s = jobs::job_status(&client, id).await?;
             let n_slaves = jobs::slaves(&client).await?;
+            let gang = gang_cmd::view(&client, &s.record).await?;
             if json {
-                outln!("{}", jobs::status_json(&s, Some(n_slaves)));
+                let mut v = jobs::status_json(&s, Some(n_slaves));
+                if let Some(g) = &gang {
+                    v["gang"] = gang_cmd::json(g, s.state() != "running");
+                }
+                outln!("{v}");
             } else {
                 jobs::print_status(&s, n_slaves);
+                if let Some(g) = &gang {
+                    gang_cmd::print(g, s.state() != "running");
+                }
             }
             Ok(true)
         }

@@ -49,6 +49,7 @@
 //! assert!(p4.predicted >= p.t1 / 4.0 && p4.t_s.lwr <= p4.t_s.upr);
 //! ```
 
+pub mod checkpoint;
 pub mod cholesky;
 pub mod corun;
 pub mod curves;

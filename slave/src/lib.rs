@@ -10,6 +10,7 @@
 pub mod compute;
 pub mod core_wait;
 mod ctx;
+pub mod gang;
 pub mod kill_point;
 mod worker;
 

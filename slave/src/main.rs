@@ -63,6 +63,11 @@ struct Args {
     /// stop-mid-transfer.
     #[arg(long, default_value = "none", hide = true)]
     peer_hook: store_client::cache::PeerHook,
+    /// Fault tests of gang jobs: `kill:N` SIGKILLs this slave right after
+    /// the communication of superstep N of a rank it runs, `stop:N`
+    /// SIGSTOPs it right before it commits superstep N.
+    #[arg(long, value_name = "kill:N|stop:N", hide = true)]
+    gang_fault: Option<slave::gang::GangFault>,
     /// Run N slave processes (one per core: N = the cores to give), named
     /// NAME-0 … NAME-(N-1), each with the other flags given here. One that
     /// dies is started again; Ctrl-C or SIGTERM stops them all.
@@ -131,6 +136,7 @@ fn main() -> anyhow::Result<()> {
         peers: !args.no_peers,
         peer_timeout: Duration::from_millis(args.peer_timeout_ms),
         peer_hook: args.peer_hook,
+        gang_fault: args.gang_fault,
     };
     // One worker thread: the task computes on its compute thread, and the
     // runtime only moves blocks and small requests. With two workers every

@@ -44,6 +44,9 @@ pub struct SlaveConfig {
     pub peer_timeout: Duration,
     /// Crash tests of peer transfers.
     pub peer_hook: store_client::cache::PeerHook,
+    /// Fault tests of gang jobs: where a rank this slave runs kills or
+    /// stops itself.
+    pub gang_fault: Option<crate::gang::GangFault>,
 }
 
 /// Runs the slave until it is idle (with `exit_when_idle`) or killed.
@@ -103,7 +106,7 @@ async fn start_cache(config: &SlaveConfig) -> Option<Arc<BlockCache>> {
 
 /// The address of this host's interface that routes to `store`: a UDP
 /// socket's connect picks it without sending anything.
-async fn own_ip(store: &str) -> Option<std::net::IpAddr> {
+pub(crate) async fn own_ip(store: &str) -> Option<std::net::IpAddr> {
     let target = tokio::net::lookup_host(store).await.ok()?.next()?;
     let bind: std::net::SocketAddr = if target.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { (std::net::Ipv6Addr::UNSPECIFIED, 0).into() };
     let socket = std::net::UdpSocket::bind(bind).ok()?;
@@ -117,6 +120,11 @@ async fn own_ip(store: &str) -> Option<std::net::IpAddr> {
 /// 10–55 ms after the first: at b = 128 a ray-tracing run of 8 tasks split
 /// them 5 and 3.)
 const IDLE_LOOK: Duration = Duration::from_millis(10);
+
+/// How long a slave leaves a gang job alone after finding every rank held
+/// or giving its rank back: long enough for the other slaves to take the
+/// ranks it let go, short enough that a gang re-forms within a second.
+const GANG_SKIP: Duration = Duration::from_millis(250);
 
 /// An idle slave scans the jobs at least this often whatever the counter
 /// says (a record written by anything but `master submit`).
@@ -151,6 +159,10 @@ struct Slave {
     compute: Arc<ComputeThread>,
     /// The block cache (kept across reconnections, as `kill`).
     cache: Option<Arc<BlockCache>>,
+    /// Gang jobs this slave leaves alone until the instant given: every
+    /// rank was held by others, or its gang did not form in time. Ordinary
+    /// jobs run meanwhile.
+    gang_skip: std::collections::HashMap<Uuid, Instant>,
 }
 
 impl Slave {
@@ -180,6 +192,7 @@ impl Slave {
             kill,
             compute,
             cache,
+            gang_skip: Default::default(),
         })
     }
 
@@ -229,6 +242,14 @@ impl Slave {
                     // The next job, if one is queued, at once.
                     return Ok(Idle::Again);
                 }
+                if job.gang.is_some() && matches!(next, Ok(Dequeue::NoneAvailable)) {
+                    // Every rank is held by other slaves: this one is not
+                    // in the gang and takes ordinary tasks meanwhile.
+                    action.abort().await?;
+                    self.settle().await?;
+                    self.gang_skip.insert(id, Instant::now() + GANG_SKIP);
+                    return Ok(Idle::Again);
+                }
                 if matches!(next, Ok(Dequeue::NoneAvailable)) {
                     // The element held may be our own previous task's, still
                     // committing: let it end before waiting on the node.
@@ -257,6 +278,13 @@ impl Slave {
                         break;
                     }
                     Ok(Dequeue::NoneAvailable) => action.abort().await?,
+                    Ok(Dequeue::Task(task)) if job.gang.is_some() => {
+                        self.settle().await?;
+                        if self.run_rank(&job, action, task).await? == crate::gang::RankEnd::GaveBack {
+                            self.gang_skip.insert(id, Instant::now() + GANG_SKIP);
+                            return Ok(Idle::Again);
+                        }
+                    }
                     Ok(Dequeue::Task(task)) => {
                         self.kill.reached(KillPlace::Dequeued);
                         self.run_one(&job, index, action, task, asked.elapsed()).await?
@@ -271,6 +299,20 @@ impl Slave {
         self.settle().await?;
         self.mark_finished(id).await?;
         Ok(Idle::Again)
+    }
+
+    /// Runs a rank of a gang job (`crate::gang`).
+    async fn run_rank(&self, job: &JobRecord, action: Action, task: Task) -> Result<crate::gang::RankEnd, StoreError> {
+        let gang = job.gang.as_ref().expect("a gang job");
+        let ctx = crate::gang::RankCtx {
+            client: &self.client,
+            session: &self.session,
+            slave: &self.config.name,
+            store: &self.config.store,
+            token: self.config.connect.token.as_deref(),
+            fault: self.config.gang_fault,
+        };
+        crate::gang::run_rank(&ctx, job, gang, action, task).await
     }
 
     /// Idles until a job is submitted (the counter moves past what the last
@@ -305,7 +347,9 @@ impl Slave {
     /// The oldest job that has neither finished nor failed. Two scans
     /// whatever the number of jobs the store has seen (a look per job made
     /// an idle slave's poll cost two round trips per finished job).
-    async fn next_job(&self) -> Result<Option<JobRecord>, StoreError> {
+    async fn next_job(&mut self) -> Result<Option<JobRecord>, StoreError> {
+        let now = Instant::now();
+        self.gang_skip.retain(|_, until| *until > now);
         let ended: std::collections::HashSet<Uuid> = self
             .client
             .scan_small(record::JOB_STATE_PREFIX, 0)
@@ -321,6 +365,7 @@ impl Slave {
             .filter_map(|(_, v)| serde_json::from_slice(&v).ok())
             .filter(|j: &JobRecord| self.config.job.is_none_or(|only| only == j.id()))
             .filter(|j: &JobRecord| !ended.contains(&j.id()))
+            .filter(|j: &JobRecord| !self.gang_skip.contains_key(&j.id()))
             .collect();
         jobs.sort_by_key(|j| j.submitted_ms);
         Ok(jobs.into_iter().next())
