@@ -16,44 +16,31 @@ use job_record::gang as keys;
 use job_record::{self as record};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use store_client::Client;
 use support::*;
 use uuid::Uuid;
 
-struct Env {
-    store: StoreProc,
-    dir: tempfile::TempDir,
-    rt: tokio::runtime::Runtime,
-    client: Client,
+/// The shared store-node harness, with what the gang tests read besides.
+struct Env(support::cluster::Cluster);
+
+impl std::ops::Deref for Env {
+    type Target = support::cluster::Cluster;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl Env {
     fn start() -> Env {
-        let dir = tempfile::tempdir().unwrap();
         // Every kill orphans a rank task: far more than the default three
         // per task may land on one rank.
-        let store = StoreProc::start(&dir.path().join("store"), &["--attempt-limit", "1000"]);
-        let rt = runtime();
-        let client = rt.block_on(Client::connect(&store.addr, None)).unwrap();
-        Env { store, dir, rt, client }
-    }
-
-    fn s(&self) -> &str {
-        &self.store.addr
-    }
-
-    fn peek(&self, key: &str) -> Option<Vec<u8>> {
-        self.rt.block_on(self.client.peek_small(key)).unwrap()
+        Env(support::cluster::Cluster::start(&["--attempt-limit", "1000"]))
     }
 
     fn scan(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {
         self.rt.block_on(self.client.scan_small(prefix, 0)).unwrap()
     }
 
-    fn ended(&self, job: Uuid) -> bool {
-        self.peek(&record::finished_key(job)).is_some() || self.peek(&record::failed_key(job)).is_some()
-    }
-
+    /// As `Cluster::wait_ended`, saying the gang's status when it fails.
     fn wait_ended(&self, job: Uuid, limit: Duration) {
         let start = Instant::now();
         while !self.ended(job) {
@@ -72,25 +59,13 @@ impl Env {
         serde_json::from_str(&master_ok(self.s(), &["status", &job.to_string(), "--json"])).unwrap()
     }
 
-    fn export(&self, name: &str) -> Vec<u8> {
-        let f = self.dir.path().join(format!("{name}.npy"));
-        master_ok(self.s(), &["matrix", "export", name, f.to_str().unwrap()]);
-        std::fs::read(f).unwrap()
-    }
-
-    fn submit(&self, args: &[&str]) -> Uuid {
-        let mut full = vec!["submit"];
-        full.extend_from_slice(args);
-        master_ok(self.s(), &full).parse().unwrap()
-    }
-
     /// The reference: the bag-of-tasks multiply of the same matrices.
     fn by_bag(&self, a: &str, b: &str, out: &str) -> Vec<u8> {
         let job = self.submit(&["matmul", a, b, "--out", out]);
         let slaves: Vec<Child> = (0..2).map(|k| gang_slave(self.s(), &format!("bag-{k}"), &[], None)).collect();
         self.wait_ended(job, Duration::from_secs(120));
         slaves.into_iter().for_each(kill_child);
-        self.export(out)
+        self.export_bytes(out)
     }
 
     /// Each rank committed each superstep at most once, and every rank
@@ -158,7 +133,7 @@ fn bsp_multiply_matches_the_bag_of_tasks_bit_for_bit() {
     let job = env.submit(&["matmul", "A", "B", "--out", "C", "--engine", "bsp", "--ranks", "3"]);
     let slaves: Vec<Child> = (0..3).map(|k| gang_slave(s, &format!("s{k}"), &[], None)).collect();
     env.wait_ended(job, Duration::from_secs(120));
-    assert!(env.export("C") == want, "the data-parallel C differs from the bag of tasks'");
+    assert!(env.export_bytes("C") == want, "the data-parallel C differs from the bag of tasks'");
     let out = master(s, &["verify", &job.to_string()]);
     assert!(out.status.success(), "verify: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     env.each_superstep_once(job, 3, 5);
@@ -227,7 +202,7 @@ fn ranks_killed_mid_superstep_give_the_clean_bits_and_commit_each_superstep_once
     }
     env.wait_ended(job, Duration::from_secs(1));
     assert_eq!(fired, points, "every kill point fired, in order");
-    assert!(env.export("C") == want, "the result differs from the clean bits");
+    assert!(env.export_bytes("C") == want, "the result differs from the clean bits");
     env.each_superstep_once(job, 3, 20);
     let st = env.status_json(job);
     assert_eq!(st["gang"]["double_commits"], 0);
@@ -266,7 +241,7 @@ fn a_rank_stopped_past_its_lease_is_fenced_and_the_result_exact() {
         l.contains("checkpoint refused").then_some(l)
     });
     assert!(refused.is_some(), "the late commit was not refused: {}", std::fs::read_to_string(&log).unwrap_or_default());
-    assert!(env.export("C") == want, "the result differs from the clean bits");
+    assert!(env.export_bytes("C") == want, "the result differs from the clean bits");
     env.each_superstep_once(job, 2, 10);
     kill_child(stopped);
     others.into_iter().for_each(kill_child);
@@ -296,7 +271,7 @@ fn fewer_slaves_than_ranks_waits_visibly_and_completes_when_one_joins() {
     assert_eq!(env.formations(job), 0, "no gang of 3 can have formed");
     slaves.push(gang_slave(s, "s2", &[], None));
     env.wait_ended(job, Duration::from_secs(120));
-    assert!(env.export("C") == want);
+    assert!(env.export_bytes("C") == want);
     env.each_superstep_once(job, 3, 5);
     slaves.into_iter().for_each(kill_child);
 }
@@ -334,7 +309,7 @@ fn garbage_and_a_wrong_token_on_a_ranks_port_do_not_break_the_gang() {
     assert!(intruder.join().unwrap().is_err(), "a group formed with the wrong token");
     let second = gang_slave(s, "second", &[], None);
     env.wait_ended(job, Duration::from_secs(120));
-    assert!(env.export("C") == want);
+    assert!(env.export_bytes("C") == want);
     assert_eq!(env.formations(job), 1, "the gang formed at the first try");
     kill_child(first);
     kill_child(second);
