@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: N=32768 B=target/debug docs/measure-backup.sh (needs N²×8 bytes free on $D's disk).
+# Usage: N=32768 B=target/debug [COPY=dir] docs/measure-backup.sh (needs N²×8 bytes free on $D's disk, and on COPY's).
 # Backup figures: a large node (a sparse .npy of N×N zeros imported at
 # b = 2048), `master backup` of it (links), a job's time alone and with a
 # backup taken while it runs, and a copy backup of a smaller node to a tmpfs.
@@ -33,6 +33,14 @@ sync
 echo "--- backup of the large node, idle"
 $B/master backup $D/backup-idle --store $STORE
 du -sh --apparent-size $D/backup-idle; du -sh $D/backup-idle
+# With COPY=<a directory on another filesystem>: a copy backup of the
+# large node there (every block's bytes written and synced).
+if [[ -n ${COPY:-} ]]; then
+  echo "--- copy backup of the large node into $COPY"
+  $B/master backup $COPY/backup-copy --store $STORE --json
+  du -sh $COPY/backup-copy
+  rm -rf $COPY/backup-copy
+fi
 # A job alone, then the same job with a backup taken a few seconds in.
 $B/master matrix create A --n 3072 --block 256 --seed 1 --quiet --store $STORE >/dev/null
 $B/master matrix create Bm --n 3072 --block 256 --seed 2 --quiet --store $STORE >/dev/null

@@ -339,6 +339,11 @@ fn loopback_rx_bytes() -> u64 {
 impl Cluster {
     /// Starts `master serve` on a fresh directory (port chosen by the OS)
     /// and `config.slaves` slaves; returns once the node accepts clients.
+    /// Where the processes run.
+    pub(crate) fn placement(&self) -> &Placement {
+        &self.config.placement
+    }
+
     pub(crate) fn start(config: ClusterConfig) -> anyhow::Result<Cluster> {
         let bin = bin_dir()?;
         let base = match &config.base_dir {

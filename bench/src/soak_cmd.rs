@@ -1,8 +1,9 @@
 //! `bench soak`: every app in turn on a real cluster (a `master serve` and
 //! slave processes) while a seeded schedule SIGKILLs slaves, SIGSTOPs
 //! slaves past their lease (zombies that wake up later and find their
-//! work fenced), and SIGKILLs and restarts the store node, until the
-//! asked-for counts of each fault are reached. Every job is checked with
+//! work fenced), SIGKILLs and restarts the store node, and with `--hosts`
+//! cuts slave hosts' links and restores them, until the asked-for counts
+//! of each fault are reached. Every job is checked with
 //! `master verify` (an independent computation) and its task records
 //! against exactly-once: each task of the plan committed once, none twice.
 //! Not part of the test suite's time budget; `--quick` (a few dozen
@@ -16,7 +17,7 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::cluster::{Cluster, ClusterConfig};
+use crate::cluster::{on_host, Cluster, ClusterConfig, HostsPlacement, Placement};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -35,6 +36,15 @@ pub(crate) struct Args {
     /// quick 3).
     #[arg(long)]
     zombies: Option<usize>,
+    /// Run across this many network-namespace hosts (needs root): the
+    /// store node on host 0, slaves on the others, the soak's own client on
+    /// the last; link cuts then join the faults.
+    #[arg(long)]
+    hosts: Option<usize>,
+    /// With --hosts: slave hosts' links cut (for half a lease to three
+    /// leases) and restored (default 20, quick 3).
+    #[arg(long, requires = "hosts")]
+    link_cuts: Option<usize>,
     /// Seed of the fault schedule (the run prints it; the same seed makes
     /// the same schedule of faults, though not the same interleaving).
     #[arg(long)]
@@ -75,6 +85,7 @@ enum Fault {
     SlaveKill,
     StoreKill,
     Zombie,
+    LinkCut,
 }
 
 /// Faults still to inject, and those done.
@@ -83,11 +94,15 @@ struct Counts {
     slave_kills: usize,
     store_kills: usize,
     zombies: usize,
+    link_cuts: usize,
 }
 
 impl Counts {
     fn left(&self, target: &Counts) -> usize {
-        (target.slave_kills - self.slave_kills) + (target.store_kills - self.store_kills) + (target.zombies - self.zombies)
+        (target.slave_kills - self.slave_kills)
+            + (target.store_kills - self.store_kills)
+            + (target.zombies - self.zombies)
+            + (target.link_cuts - self.link_cuts)
     }
 
     /// A fault drawn with weights by what is left of each kind.
@@ -96,6 +111,7 @@ impl Counts {
             (Fault::SlaveKill, target.slave_kills - self.slave_kills),
             (Fault::StoreKill, target.store_kills - self.store_kills),
             (Fault::Zombie, target.zombies - self.zombies),
+            (Fault::LinkCut, target.link_cuts - self.link_cuts),
         ];
         let total: usize = left.iter().map(|(_, n)| n).sum();
         if total == 0 {
@@ -118,6 +134,20 @@ struct Frozen {
     until: Instant,
 }
 
+/// A host whose link is cut, and when it is restored.
+struct Cut {
+    host: usize,
+    until: Instant,
+}
+
+/// What is held away from the cluster for a while: stopped slaves and cut
+/// links.
+#[derive(Default)]
+struct Held {
+    frozen: Vec<Frozen>,
+    cuts: Vec<Cut>,
+}
+
 /// What one job of the soak came to.
 struct JobCheck {
     app: &'static str,
@@ -130,20 +160,38 @@ struct JobCheck {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    match args.hosts {
+        Some(n) => {
+            let placement = HostsPlacement::create(n, "none")?;
+            anyhow::ensure!(n >= 3, "--hosts {n}: a link cut needs a slave host besides the soak's own (the last), so at least 3");
+            let (hosts, cli) = (placement.hosts.clone(), placement.cli_host);
+            on_host(&hosts, cli, || soak(&args, Placement::Hosts(placement)))
+        }
+        None => soak(&args, Placement::Local),
+    }
+}
+
+fn soak(args: &Args, placement: Placement) -> anyhow::Result<()> {
     let target = Counts {
         slave_kills: args.slave_kills.unwrap_or(if args.quick { 20 } else { 200 }),
         store_kills: args.store_kills.unwrap_or(if args.quick { 5 } else { 50 }),
         zombies: args.zombies.unwrap_or(if args.quick { 3 } else { 20 }),
+        link_cuts: match args.hosts {
+            Some(_) => args.link_cuts.unwrap_or(if args.quick { 3 } else { 20 }),
+            None => 0,
+        },
     };
     let seed = args.seed.unwrap_or_else(|| rand::thread_rng().gen());
+    let hosts = args.hosts.map_or_else(|| "one host".to_owned(), |n| format!("{n} namespace hosts"));
     eprintln!(
-        "soak: seed {seed}; {} slave kills, {} store-node kills, {} zombies; n = {}, b = {}, {} slaves",
-        target.slave_kills, target.store_kills, target.zombies, args.n, args.block, args.slaves
+        "soak: seed {seed}; {} slave kills, {} store-node kills, {} zombies, {} link cuts; n = {}, b = {}, {} slaves on {hosts}",
+        target.slave_kills, target.store_kills, target.zombies, target.link_cuts, args.n, args.block, args.slaves
     );
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let config = ClusterConfig {
         slaves: args.slaves,
         serve_args: vec!["--lease-ms".into(), LEASE.as_millis().to_string(), "--attempt-limit".into(), "100000".into()],
+        placement,
         ..ClusterConfig::default()
     };
     let mut cluster = Cluster::start(config)?;
@@ -154,7 +202,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     }
     let start = Instant::now();
     let mut done = Counts::default();
-    let mut frozen: Vec<Frozen> = Vec::new();
+    let mut held = Held::default();
     let mut checks: Vec<JobCheck> = Vec::new();
     let gap = |rng: &mut ChaCha8Rng| Duration::from_millis(rng.gen_range(args.every_ms / 2..=args.every_ms * 3 / 2).max(1));
     let mut next_fault = Instant::now() + gap(&mut rng);
@@ -171,10 +219,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 bail!("{app} job {job} did not end within 10 minutes (seed {seed})");
             }
             let now = Instant::now();
-            thaw_due(&mut cluster, &mut frozen, now)?;
+            release_due(&mut cluster, &mut held, now)?;
             if now >= next_fault {
                 if let Some(fault) = done.draw(&target, &mut rng) {
-                    inject(&mut cluster, fault, &mut done, &mut frozen, &mut rng)?;
+                    inject(&mut cluster, fault, &mut done, &mut held, &mut rng)?;
                 }
                 next_fault = Instant::now() + gap(&mut rng);
             }
@@ -184,7 +232,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         let planned = cluster.planned_tasks(job)?;
         let (verified, verify_line) = cluster.verify(job)?;
         eprintln!(
-            "soak: {app} job {job}: {} ({} of {planned} tasks, {} redone, {} twice), verify {}; faults so far: {} slave kills, {} store kills, {} zombies",
+            "soak: {app} job {job}: {} ({} of {planned} tasks, {} redone, {} twice), verify {}; faults so far: {} slave kills, {} store kills, {} zombies, {} link cuts",
             result.state,
             result.tasks,
             result.redone,
@@ -192,7 +240,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             if verified { "passed" } else { "FAILED" },
             done.slave_kills,
             done.store_kills,
-            done.zombies
+            done.zombies,
+            done.link_cuts
         );
         checks.push(JobCheck {
             app,
@@ -206,8 +255,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         cluster.remove_matrix(&out);
         round += 1;
     }
-    // Zombies still stopped are resumed, so none is left stopped.
-    thaw_due(&mut cluster, &mut frozen, Instant::now() + LEASE * 10)?;
+    // Zombies still stopped are resumed and cut links restored.
+    release_due(&mut cluster, &mut held, Instant::now() + LEASE * 10)?;
 
     let lost: usize = checks.iter().map(|c| c.planned.saturating_sub(c.tasks)).sum();
     let extra: usize = checks.iter().map(|c| c.tasks.saturating_sub(c.planned)).sum();
@@ -218,11 +267,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         eprintln!("soak: {} job {} failed its check: {}", c.app, c.job, c.verify_line);
     }
     println!(
-        "soak: {} jobs in {wall:.0} s survived {} slave kills, {} store-node kills and {} zombies: {} lost and {} duplicated commits, {} jobs failed their check",
+        "soak: {} jobs in {wall:.0} s survived {} slave kills, {} store-node kills, {} zombies and {} link cuts: {} lost and {} duplicated commits, {} jobs failed their check",
         checks.len(),
         done.slave_kills,
         done.store_kills,
         done.zombies,
+        done.link_cuts,
         lost + extra,
         duplicated,
         failed.len()
@@ -234,6 +284,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         "slave_kills": done.slave_kills,
         "store_kills": done.store_kills,
         "zombies": done.zombies,
+        "link_cuts": done.link_cuts,
+        "hosts": args.hosts.unwrap_or(1),
         "lost_commits": lost,
         "unplanned_commits": extra,
         "duplicated_commits": duplicated,
@@ -251,7 +303,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// Injects one fault, replacing what it takes away.
-fn inject(cluster: &mut Cluster, fault: Fault, done: &mut Counts, frozen: &mut Vec<Frozen>, rng: &mut ChaCha8Rng) -> anyhow::Result<()> {
+fn inject(cluster: &mut Cluster, fault: Fault, done: &mut Counts, held: &mut Held, rng: &mut ChaCha8Rng) -> anyhow::Result<()> {
     match fault {
         Fault::SlaveKill => {
             let live = cluster.slave_pids().len();
@@ -276,21 +328,41 @@ fn inject(cluster: &mut Cluster, fault: Fault, done: &mut Counts, frozen: &mut V
             // Stopped past its lease: the node ends its session and aborts
             // its action; a replacement takes its place meanwhile.
             let asleep = LEASE.mul_f64(rng.gen_range(1.5..3.0));
-            frozen.push(Frozen { pid, until: Instant::now() + asleep });
+            held.frozen.push(Frozen { pid, until: Instant::now() + asleep });
             cluster.spawn_slave()?;
             done.zombies += 1;
+        }
+        Fault::LinkCut => {
+            let Placement::Hosts(h) = cluster.placement() else { return Ok(()) };
+            // A slave host, not the store's (0) nor the soak's own (the last).
+            let cuttable: Vec<usize> = (1..h.cli_host).filter(|host| held.cuts.iter().all(|c| c.host != *host)).collect();
+            let Some(&host) = cuttable.get(rng.gen_range(0..cuttable.len().max(1))) else { return Ok(()) };
+            h.hosts.cut_link(host).with_context(|| format!("cutting host {host}'s link"))?;
+            // Shorter than a lease, the connections ride it out; longer,
+            // the node ends the sessions and the slaves start new ones.
+            let cut_for = LEASE.mul_f64(rng.gen_range(0.5..3.0));
+            held.cuts.push(Cut { host, until: Instant::now() + cut_for });
+            done.link_cuts += 1;
         }
     }
     Ok(())
 }
 
 /// Resumes the zombies whose time is up (`now`): they find their session
-/// ended and their action's commit refused, and go on as slaves.
-fn thaw_due(cluster: &mut Cluster, frozen: &mut Vec<Frozen>, now: Instant) -> anyhow::Result<()> {
-    let (due, later): (Vec<Frozen>, Vec<Frozen>) = std::mem::take(frozen).into_iter().partition(|f| f.until <= now);
-    *frozen = later;
+/// ended and their action's commit refused, and go on as slaves. Restores
+/// the links whose time is up.
+fn release_due(cluster: &mut Cluster, held: &mut Held, now: Instant) -> anyhow::Result<()> {
+    let (due, later): (Vec<Frozen>, Vec<Frozen>) = std::mem::take(&mut held.frozen).into_iter().partition(|f| f.until <= now);
+    held.frozen = later;
     for f in due {
         cluster.resume_slave(f.pid)?;
+    }
+    let (due, later): (Vec<Cut>, Vec<Cut>) = std::mem::take(&mut held.cuts).into_iter().partition(|c| c.until <= now);
+    held.cuts = later;
+    if let Placement::Hosts(h) = cluster.placement() {
+        for c in due {
+            h.hosts.restore_link(c.host).with_context(|| format!("restoring host {}'s link", c.host))?;
+        }
     }
     Ok(())
 }
@@ -301,7 +373,7 @@ mod tests {
 
     #[test]
     fn faults_are_drawn_until_each_count_is_reached_and_no_further() {
-        let target = Counts { slave_kills: 5, store_kills: 2, zombies: 1 };
+        let target = Counts { slave_kills: 5, store_kills: 2, zombies: 1, link_cuts: 3 };
         let mut done = Counts::default();
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         while let Some(f) = done.draw(&target, &mut rng) {
@@ -309,9 +381,10 @@ mod tests {
                 Fault::SlaveKill => done.slave_kills += 1,
                 Fault::StoreKill => done.store_kills += 1,
                 Fault::Zombie => done.zombies += 1,
+                Fault::LinkCut => done.link_cuts += 1,
             }
         }
-        assert_eq!((done.slave_kills, done.store_kills, done.zombies), (5, 2, 1));
+        assert_eq!((done.slave_kills, done.store_kills, done.zombies, done.link_cuts), (5, 2, 1, 3));
         assert_eq!(done.left(&target), 0);
     }
 }

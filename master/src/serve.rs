@@ -65,17 +65,6 @@ pub(crate) struct Args {
     /// Enable test-only RPCs (corrupting a block on purpose). Never in production.
     #[arg(long, hide = true)]
     test_hooks: bool,
-    /// Test hook (with --test-hooks): the first commit whose block versions
-    /// are synced beside its batch damages them after the batch and kills
-    /// the node, as a power cut between the two flushes would.
-    #[arg(long, hide = true, requires = "test_hooks")]
-    crash_after_batch: bool,
-    /// Test hook (with --test-hooks): the first commit whose block versions
-    /// are synced beside its batch has that sync fail and then its undo, as
-    /// a disk that filled up in between would; the node stops writing and
-    /// this process exits non-zero.
-    #[arg(long, hide = true, requires = "test_hooks")]
-    fail_sync_and_undo: bool,
 }
 
 /// How long a stop waits for the requests in flight (see `run`).
@@ -101,8 +90,6 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     config.node.lock_timeout = Duration::from_millis(args.lock_timeout_ms);
     config.node.attempt_limit = args.attempt_limit;
     config.node.test_hooks = args.test_hooks;
-    config.node.crash_after_batch = args.crash_after_batch;
-    config.node.fail_sync_and_undo = args.fail_sync_and_undo;
     let (tls, token) = (config.tls.is_some(), config.token.is_some());
     let web = args.http.map(|listen| crate::web::Options { listen, token: config.token.clone(), tls: config.tls.clone() });
     if let Some(w) = &web {

@@ -600,7 +600,7 @@ mod tests {
     fn unlocked_read_overtaken(recheck: Recheck) -> f64 {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let (db, _) = Db::open(dir.path(), 8).unwrap();
+        let (db, _) = Db::open(dir.path(), 8, Arc::new(crate::disk::RealDisk)).unwrap();
         let key = BlockKey { matrix: Uuid::from_u128(1), i: 0, j: 0 };
         let commit = |db: &Db, fill: f64| {
             let version = db.files().write(&stored(fill)).unwrap();

@@ -48,11 +48,12 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rocksdb::{BlockBasedOptions, Cache, ColumnFamilyDescriptor, IteratorMode, Options, WriteBatch, WriteOptions, DB};
+use rocksdb::{BlockBasedOptions, Cache, ColumnFamilyDescriptor, IteratorMode, Options, WriteBatch, DB};
 use store_client::StoreError;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
+use crate::disk::Disk;
 use crate::files::BlockFiles;
 use crate::keys::{BlockKey, ObjKey, Tentative};
 use crate::undo::{self, Undo};
@@ -73,12 +74,56 @@ pub(crate) struct Db {
     /// Undo records whose commits' versions are synced: deleted by the
     /// committer with its next batch, or on its own after [`SETTLE_AFTER`].
     settled: Arc<Mutex<Vec<u64>>>,
-    /// Why this node writes nothing more until it restarts
-    /// ([`Db::commit_beside`]: an undo it could not write); a watch, so
+    /// Writes the node's batches, and stops its writes when one fails.
+    writer: Writer,
+}
+
+/// Writes batches through the disk. A synced batch that fails stops every
+/// later write of the node until it restarts: its batch may be on the
+/// disk or not (a failed WAL write or sync says nothing about what
+/// landed), while the node's memory took it as failed, so the action
+/// aborted and its elements went back to their bags. Another commit built
+/// on that memory (the element done twice, a counter counted twice) could
+/// not be undone. So the node fails stop, as databases do after a failed
+/// fsync, and its restart settles the batch from the disk.
+#[derive(Clone)]
+struct Writer {
+    db: Arc<DB>,
+    files: Arc<BlockFiles>,
+    disk: Arc<dyn Disk>,
+    /// Why this node writes nothing more until it restarts; a watch, so
     /// that `master serve` can exit and be restarted.
-    stopped: tokio::sync::watch::Sender<Option<String>>,
-    /// Test hook: the next rollback of [`Db::commit_beside`] fails.
-    fail_rollback: std::sync::atomic::AtomicBool,
+    stopped: Arc<tokio::sync::watch::Sender<Option<String>>>,
+}
+
+impl Writer {
+    /// Writes `batch` synced, unless the disk is too full for RocksDB's
+    /// log to take it safely ([`BlockFiles::room_for_batch`]: refused,
+    /// and the node goes on); every synced write of the node goes through
+    /// here.
+    fn write_synced(&self, batch: WriteBatch, what: &str) -> Result<(), StoreError> {
+        self.still_writing()?;
+        self.files.room_for_batch()?;
+        self.disk.write_batch(&self.db, batch, true).inspect_err(|e| self.stop(format!("{what} failed to write ({e})")))
+    }
+
+    /// Stops every later write until a restart.
+    fn stop(&self, why: String) {
+        tracing::error!("{why}: this node writes nothing more until it is restarted");
+        self.stopped.send_if_modified(|stopped| {
+            let first = stopped.is_none();
+            stopped.get_or_insert(why);
+            first
+        });
+    }
+
+    /// `Err` once a failed write stopped this node's writes.
+    fn still_writing(&self) -> Result<(), StoreError> {
+        match &*self.stopped.borrow() {
+            None => Ok(()),
+            Some(why) => Err(StoreError::Storage { what: format!("this store node writes nothing more until it is restarted: {why}") }),
+        }
+    }
 }
 
 /// Longest an idle committer leaves settled undo records undeleted.
@@ -142,14 +187,8 @@ pub(crate) fn storage_error(e: rocksdb::Error) -> StoreError {
     }
 }
 
-fn synced() -> WriteOptions {
-    let mut w = WriteOptions::default();
-    w.set_sync(true);
-    w
-}
-
 impl Db {
-    pub(crate) fn open(path: &Path, cache_mib: usize) -> Result<(Arc<Db>, Recovered), StoreError> {
+    pub(crate) fn open(path: &Path, cache_mib: usize, disk: Arc<dyn Disk>) -> Result<(Arc<Db>, Recovered), StoreError> {
         let cache = Cache::new_lru_cache(cache_mib.max(8) << 20).map_err(storage_error)?;
         let mut table = BlockBasedOptions::default();
         table.set_block_cache(&cache);
@@ -177,14 +216,17 @@ impl Db {
             ColumnFamilyDescriptor::new(BLOCKS, cf_opts),
         ];
         let raw = Arc::new(DB::open_cf_descriptors(&db_opts, path, cfs).map_err(storage_error)?);
-        let files = Arc::new(BlockFiles::open(path).map_err(|e| crate::files::io_error(e, || "opening the blocks directory".into()))?);
+        let files = Arc::new(
+            BlockFiles::open(path, disk.clone()).map_err(|e| crate::files::io_error(e, || "opening the blocks directory".into()))?,
+        );
         files.check_format()?;
         let (tx, rx) = mpsc::channel();
         let settled = Arc::new(Mutex::new(Vec::new()));
-        let (for_committer, files_for_committer, settled_for_committer) = (raw.clone(), files.clone(), settled.clone());
+        let writer = Writer { db: raw.clone(), files: files.clone(), disk, stopped: Arc::new(tokio::sync::watch::Sender::new(None)) };
+        let (for_committer, settled_for_committer) = (writer.clone(), settled.clone());
         let committer = std::thread::Builder::new()
             .name("store-commit".into())
-            .spawn(move || run_committer(&for_committer, &files_for_committer, &settled_for_committer, rx))
+            .spawn(move || run_committer(&for_committer, &settled_for_committer, rx))
             // Fails only when the process cannot make threads at all (as
             // `std::thread::spawn` would panic); the node could not run.
             .expect("cannot start the store's commit thread");
@@ -197,8 +239,7 @@ impl Db {
             committer: Some(committer),
             spares: None,
             settled,
-            stopped: tokio::sync::watch::Sender::new(None),
-            fail_rollback: Default::default(),
+            writer,
         };
         let recovered = db.recover()?;
         let spares = db.files.start_spares().map_err(|e| crate::files::io_error(e, || "starting the spare block files' thread".into()))?;
@@ -219,7 +260,7 @@ impl Db {
         // goes with its own deletion, in one synced batch.
         let undone = undo::resolve(&self.db, &self.files, &mut batch)?;
         if undone.rolled_back > 0 {
-            self.db.write_opt(std::mem::take(&mut batch), &synced()).map_err(storage_error)?;
+            self.writer.write_synced(std::mem::take(&mut batch), "the recovery's undo")?;
             batch.put(b"!boot", boot.to_le_bytes());
         }
         // Staged markers of the BlobDB layout: those versions never committed.
@@ -264,7 +305,7 @@ impl Db {
                 next_seqs.push((bag.to_owned(), next));
             }
         }
-        write_synced(&self.db, &self.files, batch)?;
+        self.writer.write_synced(batch, "the recovery's batch")?;
         Ok(Recovered { boot, n_commits_undone: undone.rolled_back, queue, next_seqs, n_garbage_versions })
     }
 
@@ -286,11 +327,10 @@ impl Db {
     }
 
     pub(crate) fn put_matrix(&self, id: Uuid, name: &str, record: &[u8]) -> Result<(), StoreError> {
-        self.still_writing()?;
         let mut batch = WriteBatch::default();
         batch.put(matrix_key(id), record);
         batch.put(name_key(name), id.as_bytes());
-        write_synced(&self.db, &self.files, batch)
+        self.writer.write_synced(batch, "a matrix's record")
     }
 
     pub(crate) fn matrix_records(&self) -> Result<Vec<Vec<u8>>, StoreError> {
@@ -307,7 +347,7 @@ impl Db {
 
     /// Deletes a matrix's record, name and every committed block version.
     pub(crate) fn delete_matrix(&self, id: Uuid, name: &str) -> Result<(), StoreError> {
-        self.still_writing()?;
+        self.writer.still_writing()?;
         let mut batch = WriteBatch::default();
         let mut versions = Vec::new();
         let prefix = [&b"B"[..], id.as_bytes()].concat();
@@ -321,7 +361,7 @@ impl Db {
         }
         batch.delete(matrix_key(id));
         batch.delete(name_key(name));
-        write_synced(&self.db, &self.files, batch)?;
+        self.writer.write_synced(batch, "a matrix's deletion")?;
         self.files.remove(&versions);
         Ok(())
     }
@@ -410,20 +450,11 @@ impl Db {
         if let Err(e) = synced {
             let mut batch = WriteBatch::default();
             undo.roll_back(seq, &mut batch);
-            if let Err(undo_failed) = self.write_rollback(batch) {
-                // The record stays: the next open checks the versions and
-                // undoes the commit if one did not reach the disk, or keeps
-                // it. Until then the disk may hold this commit while the
-                // node's memory, where the action now aborts and its
-                // elements go back to their bags, does not: another commit
-                // built on that memory (the element done twice, a counter
-                // counted twice) could not be undone. So nothing more is
-                // written until a restart settles it (fail-stop, as
-                // databases do after a failed fsync).
-                let why = format!("a commit's block versions failed to sync ({e}) and its undo could not be written ({undo_failed})");
-                tracing::error!(seq, "{why}: this node writes nothing more until it is restarted");
-                self.stopped.send_replace(Some(why));
-            }
+            // Should the undo fail too, the writer stops the node's
+            // writes; the record stays, and the next open checks the
+            // versions and undoes the commit if one did not reach the disk,
+            // or keeps it.
+            let _ = self.writer.write_synced(batch, &format!("the undo of a commit whose block versions failed to sync ({e})"));
             return Err(e);
         }
         self.files.retire(&committed.replaced);
@@ -436,50 +467,10 @@ impl Db {
         Ok(())
     }
 
-    /// Test hook ([`crate::NodeConfig::crash_after_batch`]): commits the
-    /// batch with its undo record, damages the versions it names instead
-    /// of syncing them, and kills this process.
-    pub(crate) async fn crash_after_batch(
-        &self,
-        writes: Vec<(ObjKey, Tentative)>,
-        queue: Vec<queue::Mutation>,
-        versions: &[Uuid],
-    ) -> Result<(), StoreError> {
-        let durable = self.queue_commit(writes, queue, true)?.await.is_ok();
-        tracing::warn!(durable, "test hook: damaging the commit's block versions and killing the node");
-        for &v in versions {
-            let _ = self.files.corrupt(v, store_client::block::HEADER_LEN + 3);
-        }
-        // SAFETY: a plain syscall; the process ends here.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-        std::process::abort()
-    }
-
-    fn write_rollback(&self, batch: WriteBatch) -> Result<(), StoreError> {
-        if self.fail_rollback.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            return Err(StoreError::Storage { what: "injected: the rollback's write failed".into() });
-        }
-        write_synced(&self.db, &self.files, batch)
-    }
-
-    /// Test hook: the next rollback of [`Db::commit_beside`] fails.
-    pub(crate) fn fail_next_rollback(&self) {
-        self.fail_rollback.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    /// Changes to `Some(why)` when a failed undo stops this node's
-    /// writes ([`Db::commit_beside`]).
+    /// Changes to `Some(why)` when a failed write stops this node's
+    /// writes ([`Writer`]).
     pub(crate) fn writes_stopped(&self) -> tokio::sync::watch::Receiver<Option<String>> {
-        self.stopped.subscribe()
-    }
-
-    /// `Err` once a failed undo stopped this node's writes (see
-    /// [`Db::commit_beside`]).
-    fn still_writing(&self) -> Result<(), StoreError> {
-        match &*self.stopped.borrow() {
-            None => Ok(()),
-            Some(why) => Err(StoreError::Storage { what: format!("this store node writes nothing more until it is restarted: {why}") }),
-        }
+        self.writer.stopped.subscribe()
     }
 
     /// Hands a commit to the committer; the future answers when its batch
@@ -490,7 +481,7 @@ impl Db {
         queue: Vec<queue::Mutation>,
         undo: bool,
     ) -> Result<impl Future<Output = Result<Committed, StoreError>>, StoreError> {
-        self.still_writing()?;
+        self.writer.still_writing()?;
         let stopped = || StoreError::ShuttingDown;
         let (done, answer) = oneshot::channel();
         let commits = self.commits.as_ref().ok_or_else(stopped)?;
@@ -510,10 +501,9 @@ impl Db {
         if queue.is_empty() {
             return Ok(());
         }
-        self.still_writing()?;
         let mut batch = WriteBatch::default();
         queue_batch(&mut batch, queue);
-        write_synced(&self.db, &self.files, batch)
+        self.writer.write_synced(batch, "queue changes")
     }
 
     /// Writes a consistent copy of the store into `dir` (`backup.rs`).
@@ -535,14 +525,6 @@ impl Db {
     }
 }
 
-/// Writes `batch` synced, unless the disk is too full for RocksDB's log to
-/// take it safely ([`BlockFiles::room_for_batch`]): every synced write of
-/// the node goes through here.
-fn write_synced(db: &DB, files: &BlockFiles, batch: WriteBatch) -> Result<(), StoreError> {
-    files.room_for_batch()?;
-    db.write_opt(batch, &synced()).map_err(storage_error)
-}
-
 fn blocks_cf(db: &DB) -> &rocksdb::ColumnFamily {
     db.cf_handle(BLOCKS).expect("opened with the blocks family")
 }
@@ -560,7 +542,7 @@ fn block_version(db: &DB, key: &BlockKey) -> Result<Option<Uuid>, StoreError> {
 /// it ends. Those deletes are not synced: they survive the process, and a
 /// power cut that loses one leaves a record whose versions are synced,
 /// which the next open checks and deletes.
-fn run_committer(db: &DB, files: &BlockFiles, settled: &Mutex<Vec<u64>>, jobs: mpsc::Receiver<CommitJob>) {
+fn run_committer(w: &Writer, settled: &Mutex<Vec<u64>>, jobs: mpsc::Receiver<CommitJob>) {
     let take_settled = || std::mem::take(&mut *settled.lock().unwrap_or_else(|e| e.into_inner()));
     let delete_settled = |seqs: Vec<u64>| {
         if seqs.is_empty() {
@@ -568,7 +550,7 @@ fn run_committer(db: &DB, files: &BlockFiles, settled: &Mutex<Vec<u64>>, jobs: m
         }
         let mut batch = WriteBatch::default();
         seqs.iter().for_each(|&seq| batch.delete(undo::key(seq)));
-        if let Err(e) = db.write(batch) {
+        if let Err(e) = w.disk.write_batch(&w.db, batch, false) {
             tracing::warn!("cannot delete settled undo records (the next open checks them): {e}");
         }
     };
@@ -594,7 +576,7 @@ fn run_committer(db: &DB, files: &BlockFiles, settled: &Mutex<Vec<u64>>, jobs: m
         for job in group {
             // A commit whose old values cannot be read fails alone,
             // before any of it is in the batch.
-            match add_commit(db, &mut batch, &job) {
+            match add_commit(&w.db, &mut batch, &job) {
                 Ok((replaced, undo)) => {
                     let undo = undo.map(|undo| {
                         next_undo += 1;
@@ -613,7 +595,7 @@ fn run_committer(db: &DB, files: &BlockFiles, settled: &Mutex<Vec<u64>>, jobs: m
         }
         take_settled().iter().for_each(|&seq| batch.delete(undo::key(seq)));
         // The new versions' directory entries before the pointers to them.
-        let result = files.sync_dir_if_needed().and_then(|()| write_synced(db, files, batch));
+        let result = w.files.sync_dir_if_needed().and_then(|()| w.write_synced(batch, "a commit's batch"));
         for (done, committed) in waiting {
             let _ = done.send(result.clone().map(|()| committed));
         }

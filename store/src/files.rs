@@ -51,6 +51,7 @@ use std::thread::JoinHandle;
 
 use store_client::block::{self, BlockHeader, HEADER_LEN};
 
+use crate::disk::Disk;
 use crate::open_files::OpenFiles;
 use staging::new_stamp;
 pub(crate) use staging::Staging;
@@ -107,6 +108,8 @@ impl Recycled {
 }
 
 pub(crate) struct BlockFiles {
+    /// Every write, sync and create goes through it (`disk.rs`).
+    disk: Arc<dyn Disk>,
     dir: PathBuf,
     /// The directory itself, kept open for its syncs.
     dir_file: File,
@@ -253,11 +256,12 @@ pub(crate) fn io_error(e: std::io::Error, what: impl FnOnce() -> String) -> Stor
 impl BlockFiles {
     /// Opens (or creates) the directory; no spares yet: [`BlockFiles::sweep`]
     /// would remove them, [`BlockFiles::refill`] after it makes them.
-    pub(crate) fn open(data: &Path) -> std::io::Result<BlockFiles> {
+    pub(crate) fn open(data: &Path, disk: Arc<dyn Disk>) -> std::io::Result<BlockFiles> {
         let dir = data.join("blocks");
         std::fs::create_dir_all(&dir)?;
         let dir_file = File::open(&dir)?;
         Ok(BlockFiles {
+            disk,
             dir,
             dir_file,
             spares: Mutex::new(Vec::new()),
@@ -358,7 +362,7 @@ impl BlockFiles {
         if let Some((version, was)) = recycled {
             let path = self.path(version);
             return match OpenOptions::new().read(true).write(true).open(&path) {
-                Ok(file) => Ok(Staging { version, file, len, was, stamp: new_stamp(), check: None }),
+                Ok(file) => Ok(Staging { version, file, len, was, stamp: new_stamp(), check: None, disk: self.disk.clone() }),
                 Err(e) => {
                     let _ = self.open.unlink(version, &path);
                     Err(io_error(e, || format!("opening recycled block version {version}")))
@@ -383,15 +387,10 @@ impl BlockFiles {
             Some(_) => OpenOptions::new().read(true).write(true).open(&path),
             // Never over another version's file (ids are fresh; this is a
             // guard, and a refused create removes nothing).
-            None => OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&path)
-                .inspect(|_| self.unsynced.store(true, Ordering::SeqCst)),
+            None => self.disk.create_new(&path).inspect(|_| self.unsynced.store(true, Ordering::SeqCst)),
         };
         let file = opened.map_err(|e| io_error(e, || format!("creating block version {version}")))?;
-        Ok(Staging { version, file, len, was: 0, stamp: new_stamp(), check: None })
+        Ok(Staging { version, file, len, was: 0, stamp: new_stamp(), check: None, disk: self.disk.clone() })
     }
 
     /// Bytes free for this process on the blocks' filesystem.
@@ -505,7 +504,7 @@ impl BlockFiles {
                 }
                 Err(e) => return Err(self.io_failure(e, || format!("reading block version {version} back for its checksum"))),
             }
-            if let Err(e) = staging.file.sync_data() {
+            if let Err(e) = staging.sync() {
                 return Err(self.io_failure(e, || format!("syncing block version {version}")));
             }
         }
@@ -560,7 +559,7 @@ impl BlockFiles {
         let mut result = Ok(());
         for _ in have..SPARES {
             let v = Uuid::new_v4();
-            match File::create_new(self.path(v)) {
+            match self.disk.create_new(&self.path(v)) {
                 Ok(_) => made.push(v),
                 Err(e) => {
                     result = Err(io_error(e, || "making spare block files".into()));
@@ -568,7 +567,7 @@ impl BlockFiles {
                 }
             }
         }
-        if let Err(e) = self.dir_file.sync_all() {
+        if let Err(e) = self.disk.sync_dir(&self.dir_file) {
             self.remove(&made);
             return Err(io_error(e, || "syncing the blocks directory".into()));
         }
@@ -677,7 +676,7 @@ impl BlockFiles {
         if !self.unsynced.swap(false, Ordering::SeqCst) {
             return Ok(());
         }
-        self.dir_file.sync_all().map_err(|e| {
+        self.disk.sync_dir(&self.dir_file).map_err(|e| {
             self.unsynced.store(true, Ordering::SeqCst);
             io_error(e, || "syncing the blocks directory".into())
         })

@@ -19,6 +19,7 @@ mod backup;
 mod blocks;
 mod dataplane;
 mod db;
+pub mod disk;
 mod files;
 mod holders;
 mod keys;
@@ -183,8 +184,8 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
             return Err(ServeError::Insecure { addr });
         }
     }
-    let (db, recovered) =
-        db::Db::open(&config.data, config.cache_mib).map_err(|source| ServeError::Open { path: config.data.clone(), source })?;
+    let (db, recovered) = db::Db::open(&config.data, config.cache_mib, config.node.disk.clone())
+        .map_err(|source| ServeError::Open { path: config.data.clone(), source })?;
     tracing::info!(
         boot = recovered.boot,
         n_queue_elements = recovered.queue.len(),
@@ -283,6 +284,16 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
         if let Err(e) = db.flush() {
             tracing::warn!("flush at shutdown failed (the WAL still has everything): {e}");
         }
+        // Closed when the last request's task lets go of the node (a
+        // connection's, after the servers ended), so that the directory
+        // can be opened again as soon as this returns.
+        let deadline = std::time::Instant::now() + CLOSE_GRACE;
+        while Arc::strong_count(&db) > 1 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        if Arc::strong_count(&db) > 1 {
+            tracing::warn!("the store is still in use {CLOSE_GRACE:?} after the stop; it closes when the last request ends");
+        }
         r.and(local).map_err(ServeError::from)
     });
     let tls = match &config.tls {
@@ -294,6 +305,10 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     tracing::info!("store node listening on {addr} (gRPC) and {data_addr} (block data plane), {tls}, {auth}");
     Ok(Running { addr, data_addr, stop, task, writes_stopped, in_process })
 }
+
+/// How long a stop waits, once its servers ended, for the requests still
+/// holding the store.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// Resolves at [`Running::shutdown`], or when the `Running` is dropped.
 async fn shutdown_signal(mut stopped: watch::Receiver<()>) {

@@ -32,16 +32,6 @@ pub struct NodeConfig {
     pub attempt_limit: u32,
     /// Enables `CorruptBlockForTest`.
     pub test_hooks: bool,
-    /// Test hook (with `test_hooks`): the first commit whose versions
-    /// sync beside its batch damages them once the batch is durable and
-    /// SIGKILLs the node, as a power cut between the two flushes would
-    /// leave it.
-    pub crash_after_batch: bool,
-    /// Test hook (with `test_hooks`): the first commit whose versions
-    /// sync beside its batch has that sync fail, and then the write of its
-    /// undo, as a disk that filled up in between would: the node then
-    /// stops writing until it is restarted.
-    pub fail_sync_and_undo: bool,
     /// Test hook (with `test_hooks`): how long every top-level commit
     /// waits between its batch becoming durable (and visible to reads
     /// that take no lock) and its locks and queue elements changing. The
@@ -53,6 +43,9 @@ pub struct NodeConfig {
     /// reader's CPU, so that tests of peeks do not depend on where the
     /// kernel places the node.
     pub peek_on_the_readers_cpu: bool,
+    /// The disk every write of the node goes through (`disk.rs`): the
+    /// disk itself, or in tests one that fails on cue.
+    pub disk: Arc<dyn crate::disk::Disk>,
 }
 
 impl Default for NodeConfig {
@@ -62,10 +55,9 @@ impl Default for NodeConfig {
             lock_timeout: Duration::from_secs(10),
             attempt_limit: 3,
             test_hooks: false,
-            crash_after_batch: false,
-            fail_sync_and_undo: false,
             hold_after_batch: Duration::ZERO,
             peek_on_the_readers_cpu: false,
+            disk: Arc::new(crate::disk::RealDisk),
         }
     }
 }
@@ -347,15 +339,7 @@ impl Node {
         // other), and beside the batch naming them, which carries what
         // undoes it should a crash lose a version (`undo.rs`).
         let result = if self.db.files().has_unsynced(&staged) {
-            if self.config.test_hooks && self.config.crash_after_batch {
-                self.db.crash_after_batch(writes, q, &staged).await
-            } else if self.config.test_hooks && self.config.fail_sync_and_undo {
-                self.db.fail_next_rollback();
-                let failed = async { Err(StoreError::Storage { what: "test hook: the block versions' sync failed".into() }) };
-                self.db.commit_beside(writes, q, failed).await
-            } else {
-                self.db.commit_beside(writes, q, self.sync_staged(&staged)).await
-            }
+            self.db.commit_beside(writes, q, self.sync_staged(&staged)).await
         } else {
             self.db.commit(writes, q).await
         };

@@ -222,7 +222,11 @@ pub(crate) mod tests {
     /// A store with block (0, 1) = 1.0, the flag "old" and queue elements
     /// 1 to 3, all committed the ordinary way (versions synced first).
     async fn committed_start(dir: &std::path::Path) -> Arc<Db> {
-        let (db, _) = Db::open(dir, 8).unwrap();
+        committed_start_on(dir, Arc::new(crate::disk::RealDisk)).await
+    }
+
+    async fn committed_start_on(dir: &std::path::Path, disk: Arc<dyn crate::disk::Disk>) -> Arc<Db> {
+        let (db, _) = Db::open(dir, 8, disk).unwrap();
         let version = staged_block(&db, 1.0);
         db.files().sync_staged(&[version]).unwrap();
         let writes = vec![
@@ -299,7 +303,7 @@ pub(crate) mod tests {
         cut_off_commit(&db, 2.0, 1, versions).await;
         assert_eq!(undo_records(&db), 1, "the cut-off commit's record is there");
         drop(db);
-        let (db, recovered) = Db::open(dir.path(), 8).unwrap();
+        let (db, recovered) = Db::open(dir.path(), 8, Arc::new(crate::disk::RealDisk)).unwrap();
         assert_eq!(undo_records(&db), 0, "settled at open");
         (dir, db, recovered)
     }
@@ -355,7 +359,7 @@ pub(crate) mod tests {
             tokio::time::sleep(crate::db::SETTLE_AFTER / 4).await;
         }
         drop(db);
-        let (db, recovered) = Db::open(dir.path(), 8).unwrap();
+        let (db, recovered) = Db::open(dir.path(), 8, Arc::new(crate::disk::RealDisk)).unwrap();
         assert_eq!(block_fill(&db), 4.0);
         assert_eq!(queue_seqs(&recovered), [1], "element 1 came back with the undone commit, elements 2 and 3 went with the kept ones");
     }
@@ -363,8 +367,10 @@ pub(crate) mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_undo_that_cannot_be_written_stops_every_write_until_a_restart_settles_the_commit() {
         let dir = tempfile::tempdir().unwrap();
-        let db = committed_start(dir.path()).await;
-        db.fail_next_rollback();
+        let disk = Arc::new(crate::disk::FaultyDisk::new());
+        let db = committed_start_on(dir.path(), disk.clone()).await;
+        // The commit's batch is the next synced one, its undo the second.
+        disk.fail(Some(crate::disk::Op::SyncedBatch), 2, crate::disk::FaultKind::Eio, crate::disk::After::Recovers);
         let mut stopped = db.writes_stopped();
         assert!(stopped.borrow().is_none());
         let failed = async { Err(StoreError::Storage { what: "injected: fdatasync failed".into() }) };
@@ -372,7 +378,7 @@ pub(crate) mod tests {
         assert!(e.to_string().contains("injected: fdatasync"), "the sync's error is answered: {e}");
         // Whoever watches (`master serve`) learns why, to exit and restart.
         let why = stopped.wait_for(Option::is_some).await.unwrap().clone().unwrap();
-        assert!(why.contains("injected: the rollback"), "{why}");
+        assert!(why.contains("the undo of a commit") && why.contains("injected fault"), "{why}");
         // The batch is on the disk, the node's memory has the action
         // aborted: any write built on that memory is refused.
         let refused = |r: Result<(), StoreError>| matches!(r, Err(StoreError::Storage { what }) if what.contains("restarted"));
@@ -383,7 +389,7 @@ pub(crate) mod tests {
         drop(db);
         // The version reached the page cache, so the open finds it whole
         // and keeps the commit; nothing written after it is there.
-        let (db, recovered) = Db::open(dir.path(), 8).unwrap();
+        let (db, recovered) = Db::open(dir.path(), 8, Arc::new(crate::disk::RealDisk)).unwrap();
         assert_eq!(state(&db, &recovered), (0, 2.0, Some(b"new".to_vec()), vec![2, 3]));
         assert_eq!(db.get_small("other").unwrap(), None);
         assert_eq!(undo_records(&db), 0);

@@ -21,6 +21,7 @@ pub(crate) struct Staging {
     /// The checksum its payload must have, where the put left the check
     /// to the commit ([`Staging::check_at_sync`]).
     pub(super) check: Option<u32>,
+    pub(super) disk: Arc<dyn Disk>,
 }
 
 impl Staging {
@@ -86,8 +87,7 @@ impl Staging {
     /// sync (a one-piece put's staging goes to [`BlockFiles::sync_later`]
     /// next).
     pub(crate) fn write_unsynced_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
-        use std::os::unix::fs::FileExt;
-        self.file.write_all_at(bytes, offset)
+        self.disk.write_at(&self.file, bytes, offset)
     }
 
     /// The file, for a write that does not go through a buffer of this
@@ -123,14 +123,19 @@ impl Staging {
     /// data: after this, the version survives a crash.
     pub(crate) fn finish(&self) -> std::io::Result<()> {
         self.cut()?;
-        self.file.sync_data()
+        self.sync()
+    }
+
+    /// Makes the data written so far durable.
+    pub(super) fn sync(&self) -> std::io::Result<()> {
+        self.disk.sync_data(&self.file)
     }
 
     /// Cuts a longer recycled file to the value's length (a read of the
     /// version checks the length against its header).
     pub(super) fn cut(&self) -> std::io::Result<()> {
         if self.was > self.len {
-            self.file.set_len(self.len)?;
+            self.disk.set_len(&self.file, self.len)?;
         }
         Ok(())
     }

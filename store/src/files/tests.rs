@@ -7,7 +7,7 @@ use super::*;
 #[test]
 fn a_directory_of_the_earlier_block_format_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let files = BlockFiles::open(dir.path()).unwrap();
+    let files = BlockFiles::open(dir.path(), Arc::new(crate::disk::RealDisk)).unwrap();
     files.check_format().unwrap();
     std::fs::write(files.dir.join("spare"), b"").unwrap();
     files.check_format().unwrap();
@@ -32,7 +32,7 @@ fn a_directory_of_the_earlier_block_format_is_refused() {
 #[test]
 fn written_versions_read_back_and_a_sweep_keeps_only_the_named() {
     let dir = tempfile::tempdir().unwrap();
-    let files = BlockFiles::open(dir.path()).unwrap();
+    let files = BlockFiles::open(dir.path(), Arc::new(crate::disk::RealDisk)).unwrap();
     let a = files.write(b"alpha").unwrap();
     let b = files.write(b"beta").unwrap();
     assert_ne!(a, b);
@@ -51,7 +51,7 @@ fn written_versions_read_back_and_a_sweep_keeps_only_the_named() {
 #[test]
 fn puts_take_spares_once_and_only_creates_need_a_directory_sync() {
     let dir = tempfile::tempdir().unwrap();
-    let files = BlockFiles::open(dir.path()).unwrap();
+    let files = BlockFiles::open(dir.path(), Arc::new(crate::disk::RealDisk)).unwrap();
     let created = files.write(b"made on the spot").unwrap();
     assert!(files.unsynced.load(Ordering::SeqCst), "a created version needs the directory synced");
     files.sync_dir_if_needed().unwrap();
@@ -77,7 +77,7 @@ fn puts_take_spares_once_and_only_creates_need_a_directory_sync() {
 #[test]
 fn retired_versions_are_overwritten_in_place_within_the_caps() {
     let dir = tempfile::tempdir().unwrap();
-    let files = BlockFiles::open(dir.path()).unwrap();
+    let files = BlockFiles::open(dir.path(), Arc::new(crate::disk::RealDisk)).unwrap();
     let long = files.write(&[7u8; 100]).unwrap();
     let short = files.write(&[8u8; 40]).unwrap();
     files.retire(&[long, short]);
@@ -123,7 +123,7 @@ fn retired_versions_are_overwritten_in_place_within_the_caps() {
 #[test]
 fn a_version_just_written_counts_as_cached() {
     let dir = tempfile::tempdir().unwrap();
-    let files = BlockFiles::open(dir.path()).unwrap();
+    let files = BlockFiles::open(dir.path(), Arc::new(crate::disk::RealDisk)).unwrap();
     let payload = vec![7u8; 3 << 20];
     let header = BlockHeader { rows: 512, cols: 768, checksum: block::checksum(&payload) };
     let mut value = header.encode().to_vec();
@@ -147,7 +147,7 @@ fn a_version_just_written_counts_as_cached() {
 /// staging reuses.
 fn with_one_recycled() -> (tempfile::TempDir, BlockFiles, Uuid) {
     let dir = tempfile::tempdir().unwrap();
-    let files = BlockFiles::open(dir.path()).unwrap();
+    let files = BlockFiles::open(dir.path(), Arc::new(crate::disk::RealDisk)).unwrap();
     let old = files.write(&[9u8; 64]).unwrap();
     files.retire(&[old]);
     (dir, files, old)
