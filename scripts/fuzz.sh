@@ -16,13 +16,18 @@ if ((${#targets[@]} == 0)); then
   targets=(wire block bsp npy node_call)
 fi
 export OPENBLAS_NUM_THREADS=1
+# Beside the main build where one is set (CI keeps it between runs).
+target_dir=()
+if [[ -n "${CARGO_TARGET_DIR:-}" ]]; then
+  target_dir=(--target-dir "$CARGO_TARGET_DIR/fuzz")
+fi
 status=0
 for t in "${targets[@]}"; do
   work="target/fuzz-corpus/$t"
   mkdir -p "$work"
-  (cd fuzz && cargo +nightly fuzz build "$t" >/dev/null)
+  (cd fuzz && cargo +nightly fuzz build "${target_dir[@]}" "$t" >/dev/null)
   TIMEFORMAT="%U %S"
-  cpu=$( { time (cd fuzz && cargo +nightly fuzz run "$t" "../$work" "corpus/$t" -- \
+  cpu=$( { time (cd fuzz && cargo +nightly fuzz run "${target_dir[@]}" "$t" "../$work" "corpus/$t" -- \
     -max_total_time="$seconds" -rss_limit_mb=4096 -print_final_stats=1 >"../target/fuzz-$t.log" 2>&1) ; } 2>&1 ) || {
     echo "fuzz: $t FOUND A FAILURE: see target/fuzz-$t.log and fuzz/artifacts/$t/" >&2
     status=1

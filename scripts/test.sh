@@ -26,6 +26,15 @@ cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/ftbag-test.log
 # binary starting one throwaway cluster (scripts/ceph-cluster.sh; root and
 # the Ceph packages, else its tests print `skipped:`).
 cargo test -p ftbag-rados --features rados --no-fail-fast 2>&1 | tee -a /tmp/ftbag-test.log
+# Every fuzz target for a few seconds from its seed corpus (issue 52):
+# libFuzzer through cargo-fuzz on the nightly toolchain (scripts/fuzz.sh
+# has scripts/setup.sh install both). A finding fails the run.
+# FUZZ_SECONDS=0 leaves fuzzing out, saying so.
+if [[ "${FUZZ_SECONDS:-3}" != 0 ]]; then
+  bash scripts/fuzz.sh "${FUZZ_SECONDS:-3}"
+else
+  echo "test: fuzz targets not run (FUZZ_SECONDS=0)" >&2
+fi
 # A test that cannot run its scenario here (no root for namespaces or a
 # tmpfs, no Chromium) passes with a line `skipped: <why>` on its output.
 # Every such line is reported; in CI, where root and Chromium are there,
