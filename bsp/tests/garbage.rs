@@ -66,6 +66,35 @@ fn foreign_clients_are_refused_and_the_group_still_forms() {
     assert!(rest.is_empty());
 }
 
+/// A connection that says nothing holds up no other: the group forms
+/// while its hello is still awaited (up to 5 s).
+#[test]
+fn a_silent_connection_does_not_hold_up_forming_the_group() {
+    let p = 3;
+    let eps: Vec<Endpoint> = (0..p).map(|_| Endpoint::bind("127.0.0.1:0").unwrap()).collect();
+    let hosts: Vec<String> = eps.iter().map(|e| e.local_addr().to_string()).collect();
+    let _silent = TcpStream::connect(eps[0].local_addr()).unwrap();
+    let started = std::time::Instant::now();
+    let handles: Vec<_> = eps
+        .into_iter()
+        .enumerate()
+        .map(|(pid, ep)| {
+            let hosts = hosts.clone();
+            std::thread::spawn(move || {
+                let mut bsp = Bsp::connect(ep, &hosts, pid, Config::new("tok"))?;
+                bsp.sync()?;
+                bsp.end();
+                Ok::<_, BspError>(())
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap().unwrap();
+    }
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(3), "forming waited on the silent connection: {took:?}");
+}
+
 #[test]
 fn an_authenticated_peer_sending_garbage_frames_is_a_clear_error() {
     let ep0 = Endpoint::bind("127.0.0.1:0").unwrap();

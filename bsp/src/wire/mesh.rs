@@ -111,9 +111,23 @@ fn connect_one(host: &str, hello: &Hello, deadline: Instant) -> Result<TcpStream
 fn accept_higher(ep: Endpoint, me: usize, n: usize, token: &[u8], deadline: Instant) -> Result<Vec<(usize, TcpStream)>, BspError> {
     let mut got: Vec<(usize, TcpStream)> = Vec::new();
     let want = n - me - 1;
+    // Each connection's hello is read on a thread of its own, so that one
+    // that says nothing (until its handshake times out) holds up no other.
+    let (done, hellos) = std::sync::mpsc::channel();
+    let token: std::sync::Arc<[u8]> = token.into();
     while got.len() < want {
-        if !wait_readable(ep.listener.as_raw_fd(), deadline) {
+        while let Ok((s, from, hello)) = hellos.try_recv() {
+            admit(s, from, hello, me, n, &mut got)?;
+        }
+        if got.len() >= want {
+            break;
+        }
+        if Instant::now() >= deadline {
             return Err(BspError::Setup(format!("process {me}: only {} of {want} higher peers connected in time", got.len())));
+        }
+        // A short wait, so that the hellos read meanwhile are taken in time.
+        if !wait_readable(ep.listener.as_raw_fd(), (Instant::now() + Duration::from_millis(5)).min(deadline)) {
+            continue;
         }
         let (mut s, from) = match ep.listener.accept() {
             Ok(x) => x,
@@ -123,25 +137,43 @@ fn accept_higher(ep: Endpoint, me: usize, n: usize, token: &[u8], deadline: Inst
             }
         };
         let hs_timeout = deadline.saturating_duration_since(Instant::now()).min(Duration::from_secs(5)).max(Duration::from_millis(100));
-        match handshake::server(&mut s, token, hs_timeout) {
-            Ok(h) => {
-                let pid = h.pid as usize;
-                if h.nprocs as usize != n || pid <= me || pid >= n || got.iter().any(|(q, _)| *q == pid) {
-                    tracing::warn!(%from, pid, nprocs = h.nprocs, "hello does not fit this group, refused");
-                    let _ = s.write_all(&[BAD_GROUP]);
-                    continue;
-                }
-                s.write_all(&[ACCEPTED])?;
-                tune(&s)?;
-                got.push((pid, s));
-            }
-            Err(e) => {
-                // A foreign or broken client: refuse it and keep forming the group.
-                tracing::warn!(%from, error = %e, "connection refused during group setup");
-            }
-        }
+        let (done, token) = (done.clone(), token.clone());
+        std::thread::spawn(move || {
+            let hello = handshake::server(&mut s, &token, hs_timeout);
+            // The group may have formed without it: then nobody listens.
+            let _ = done.send((s, from, hello));
+        });
     }
     Ok(got)
+}
+
+/// Takes a higher peer whose hello was read (`hello`) into the group, or
+/// refuses the connection: a foreign or broken client, or a hello that
+/// does not fit this group.
+fn admit(
+    mut s: TcpStream,
+    from: SocketAddr,
+    hello: Result<Hello, BspError>,
+    me: usize,
+    n: usize,
+    got: &mut Vec<(usize, TcpStream)>,
+) -> Result<(), BspError> {
+    match hello {
+        Ok(h) => {
+            let pid = h.pid as usize;
+            if h.nprocs as usize != n || pid <= me || pid >= n || got.iter().any(|(q, _)| *q == pid) {
+                tracing::warn!(%from, pid, nprocs = h.nprocs, "hello does not fit this group, refused");
+                let _ = s.write_all(&[BAD_GROUP]);
+                return Ok(());
+            }
+            s.write_all(&[ACCEPTED])?;
+            tune(&s)?;
+            got.push((pid, s));
+        }
+        // Refused; the group goes on forming.
+        Err(e) => tracing::warn!(%from, error = %e, "connection refused during group setup"),
+    }
+    Ok(())
 }
 
 /// The launcher's side of the rendezvous: collects `n` hellos carrying
