@@ -5,11 +5,12 @@
 # `bridge`: the network-namespace tests and ftbag-hosts), Chromium and
 # chromedriver (the dashboard's browser test, master/tests/dashboard.rs),
 # Ceph (ceph-mon, ceph-osd, ceph-mgr: the throwaway clusters of
-# scripts/ceph-cluster.sh; librados-dev: the `rados` feature, issue 48).
-# Skips what is there.
+# scripts/ceph-cluster.sh; librados-dev: the `rados` feature, issue 48),
+# OpenMPI and ScaLAPACK (`bench bsp`'s MPI side, `bench ooc --engine
+# scalapack`'s pdgemm, issue 49). Skips what is there.
 set -euo pipefail
 need=()
-for pkg in librocksdb-dev libopenblas-dev protobuf-compiler libclang-dev pkg-config build-essential iproute2 chromium chromium-driver ceph-mon ceph-osd ceph-mgr librados-dev; do
+for pkg in librocksdb-dev libopenblas-dev protobuf-compiler libclang-dev pkg-config build-essential iproute2 chromium chromium-driver ceph-mon ceph-osd ceph-mgr librados-dev openmpi-bin libopenmpi-dev libscalapack-openmpi-dev; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then

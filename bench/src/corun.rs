@@ -52,6 +52,9 @@ pub(crate) struct CopyArgs {
     /// How long to call the kernel once told to start.
     #[arg(long)]
     window_ms: u64,
+    /// Block side of the gemm copies.
+    #[arg(long, default_value_t = GEMM_B)]
+    block: usize,
 }
 
 /// The counts of copies measured on a machine of `cores` cores: the
@@ -68,7 +71,7 @@ pub(crate) fn measure(cores: usize, quick: bool) -> anyhow::Result<model::Corun>
     let (rounds, window) = if quick { (2, Duration::from_millis(150)) } else { (5, Duration::from_millis(400)) };
     let ks = copies(cores);
     let exe = std::env::current_exe().context("locating the bench executable")?;
-    let spawn = |kind: Kind| CopyProcess::spawn(&exe, kind, window);
+    let spawn = |kind: Kind| CopyProcess::spawn(&exe, kind, GEMM_B, window);
     Ok(model::Corun { kernels: curve(&ks, rounds, || spawn(Kind::Gemm))?, ray: curve(&ks, rounds, || spawn(Kind::Ray))? })
 }
 
@@ -77,17 +80,7 @@ pub(crate) fn measure(cores: usize, quick: bool) -> anyhow::Result<model::Corun>
 /// alone in the same round.
 fn curve(ks: &[usize], rounds: usize, spawn: impl Fn() -> anyhow::Result<CopyProcess>) -> anyhow::Result<Vec<[f64; 2]>> {
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); ks.len()];
-    let at_once = |k: usize| -> anyhow::Result<f64> {
-        let mut copies = (0..k).map(|_| spawn()).collect::<anyhow::Result<Vec<CopyProcess>>>()?;
-        for c in &mut copies {
-            c.wait_ready()?;
-        }
-        for c in &mut copies {
-            c.go()?;
-        }
-        let times = copies.into_iter().map(CopyProcess::seconds_per_call).collect::<anyhow::Result<Vec<f64>>>()?;
-        Ok(times.iter().sum::<f64>() / times.len() as f64)
-    };
+    let at_once = |k: usize| at_once(k, &spawn);
     for round in 0..rounds {
         let alone = at_once(1)?;
         // Every other round the other way round: what drifts within a
@@ -101,6 +94,43 @@ fn curve(ks: &[usize], rounds: usize, spawn: impl Fn() -> anyhow::Result<CopyPro
     Ok(ks.iter().zip(&mut ratios).map(|(&k, r)| [k as f64, crate::params_cmd::median(r)]).collect())
 }
 
+/// A copy's mean seconds per call with `k` copies running at once.
+fn at_once(k: usize, spawn: &impl Fn() -> anyhow::Result<CopyProcess>) -> anyhow::Result<f64> {
+    let mut copies = (0..k).map(|_| spawn()).collect::<anyhow::Result<Vec<CopyProcess>>>()?;
+    for c in &mut copies {
+        c.wait_ready()?;
+    }
+    for c in &mut copies {
+        c.go()?;
+    }
+    let times = copies.into_iter().map(CopyProcess::seconds_per_call).collect::<anyhow::Result<Vec<f64>>>()?;
+    Ok(times.iter().sum::<f64>() / times.len() as f64)
+}
+
+/// The multiply rates of `k` processes (a data-parallel job's ranks) at
+/// `b×b` blocks: one copy alone and all `k` at once (their sum), flop/s,
+/// each the median of `rounds` alternating rounds.
+pub(crate) fn gemm_rates(k: usize, b: usize, rounds: usize) -> anyhow::Result<(f64, f64)> {
+    let exe = std::env::current_exe().context("locating the bench executable")?;
+    // About eight calls of a copy sharing a core at a few GFLOP/s.
+    let window = Duration::from_secs_f64((2.0 * (b as f64).powi(3) / 5e9 * 8.0).max(0.4));
+    let spawn = || CopyProcess::spawn(&exe, Kind::Gemm, b, window);
+    let flop = 2.0 * (b as f64).powi(3);
+    let (mut alone, mut together) = (Vec::new(), Vec::new());
+    for round in 0..rounds.max(1) {
+        let (one, all) = if round % 2 == 0 {
+            let one = at_once(1, &spawn)?;
+            (one, at_once(k, &spawn)?)
+        } else {
+            let all = at_once(k, &spawn)?;
+            (at_once(1, &spawn)?, all)
+        };
+        alone.push(flop / one);
+        together.push(k as f64 * flop / all);
+    }
+    Ok((crate::params_cmd::median(&mut alone), crate::params_cmd::median(&mut together)))
+}
+
 /// A copy's process: it says `ready` once its kernel has run once, calls
 /// it for the window from the `go` it is sent, and answers the mean
 /// seconds of the calls that finished inside the window.
@@ -111,10 +141,10 @@ struct CopyProcess {
 }
 
 impl CopyProcess {
-    fn spawn(exe: &std::path::Path, kind: Kind, window: Duration) -> anyhow::Result<CopyProcess> {
+    fn spawn(exe: &std::path::Path, kind: Kind, block: usize, window: Duration) -> anyhow::Result<CopyProcess> {
         let kind = clap::ValueEnum::to_possible_value(&kind).map_or_else(String::new, |v| v.get_name().to_owned());
         let mut child = Command::new(exe)
-            .args(["corun-copy", "--kind", &kind, "--window-ms", &window.as_millis().to_string()])
+            .args(["corun-copy", "--kind", &kind, "--window-ms", &window.as_millis().to_string(), "--block", &block.to_string()])
             .env("OPENBLAS_NUM_THREADS", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -155,7 +185,8 @@ pub(crate) fn run_copy(args: CopyArgs) -> anyhow::Result<()> {
     kernels::set_blas_threads(1);
     let mut op: Box<dyn FnMut()> = match args.kind {
         Kind::Gemm => {
-            let (a, b, mut c) = (random_block(GEMM_B, 1), random_block(GEMM_B, 2), random_block(GEMM_B, 3));
+            let n = args.block;
+            let (a, b, mut c) = (random_block(n, 1), random_block(n, 2), random_block(n, 3));
             Box::new(move || kernels::gemm(1.0, &a, false, &b, false, 1.0, &mut c))
         }
         Kind::Ray => {

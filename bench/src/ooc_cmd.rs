@@ -22,7 +22,9 @@ use crate::cluster::{Cluster, ClusterConfig, JobResult, ProcStats, Snapshot};
 use crate::report::Figure;
 
 mod dask_hosts;
+mod gang_hosts;
 mod hosts;
+mod scalapack_hosts;
 
 /// Sets the BLAS threads of this process.
 pub(crate) fn set_blas_threads(n: usize) {
@@ -114,6 +116,23 @@ pub(crate) struct Args {
     /// With --hosts: skip the runs with a slave (Dask: a worker) SIGKILLed halfway.
     #[arg(long, requires = "hosts")]
     no_kill: bool,
+    /// With --hosts, matmul: the engines to run. `bag`: the bag of tasks
+    /// (on one host, across hosts with caching off and on, a slave killed,
+    /// Dask); `bsp`: the data-parallel engine, one rank per slave host,
+    /// beside the bag of tasks with caching off in the same cluster, with
+    /// the model's prediction of both (`bsp` alone runs just that pair);
+    /// `scalapack`: ScaLAPACK's pdgemm in core on the same hosts (OpenMPI,
+    /// installed if missing).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "bag,bsp", requires = "hosts")]
+    engine: Vec<Engine>,
+}
+
+/// `bench ooc --engine`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Engine {
+    Bag,
+    Bsp,
+    Scalapack,
 }
 
 const MIB: f64 = 1024.0 * 1024.0;

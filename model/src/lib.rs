@@ -16,6 +16,8 @@
 //!   multi-step(2) (3.18–3.25, A.6–A.15, Table 3.4) and a dependency-driven
 //!   variant, [`lu`] with and without pivoting (5.26–5.31, B.1–B.9),
 //!   [`raytrace`] (Table 4.4); [`recovery`] (§3.6).
+//! * [`dataparallel`]: the data-parallel multiply against the bag of tasks
+//!   (§5.6, 5.21–5.25) and the BSP engine this implementation runs.
 //! * [`sweep`]: block size for a memory budget (5.2–5.5, 5.7–5.17) and
 //!   sweeps over `b` and `s`.
 //!
@@ -53,6 +55,7 @@ pub mod checkpoint;
 pub mod cholesky;
 pub mod corun;
 pub mod curves;
+pub mod dataparallel;
 mod error;
 pub mod lu;
 pub mod matmul;

@@ -23,7 +23,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use super::{dask_hosts, round3, App, Args, Figs};
+use super::{dask_hosts, gang_hosts, round3, scalapack_hosts, App, Args, Engine, Extra, Figs};
 use crate::cluster::{on_host, Cluster, ClusterConfig, HostsPlacement, JobResult, Placement};
 
 /// What one app's job is: the inputs to create (name, kind, seed), the
@@ -104,7 +104,7 @@ fn run_once(c: &Cluster, job: &Job, args: &Args) -> anyhow::Result<Run> {
     Ok(Run { job: r, links: before.links_since(&after), verified })
 }
 
-fn verify(c: &Cluster, args: &Args, id: uuid::Uuid) -> anyhow::Result<Option<bool>> {
+pub(super) fn verify(c: &Cluster, args: &Args, id: uuid::Uuid) -> anyhow::Result<Option<bool>> {
     if args.no_verify {
         return Ok(None);
     }
@@ -114,7 +114,7 @@ fn verify(c: &Cluster, args: &Args, id: uuid::Uuid) -> anyhow::Result<Option<boo
 }
 
 /// The links' bytes as JSON: the store host's, then each slave host's.
-fn links_json(links: &[netns::LinkBytes]) -> Value {
+pub(super) fn links_json(links: &[netns::LinkBytes]) -> Value {
     let host = |i: usize, l: &netns::LinkBytes| json!({"host": i, "tx_bytes": l.tx, "rx_bytes": l.rx});
     json!({
         "store": links.first().map(|l| host(0, l)),
@@ -135,6 +135,96 @@ fn print_links(links: &[netns::LinkBytes], secs: f64) {
     }
 }
 
+/// The data-parallel runs of [`uncached_pair`]: the model's inputs, the
+/// job, and (unless `--no-kill`) the job with a rank killed.
+type GangRuns = (gang_hosts::Inputs, gang_hosts::GangRun, Option<gang_hosts::KillRun>);
+
+/// The bag of tasks with caching off across hosts and, with `gang`, the
+/// data-parallel engine after it in the same cluster (the model's inputs
+/// measured first).
+fn uncached_pair(args: &Args, base: &Path, placement: &HostsPlacement, job: &Job, gang: bool) -> anyhow::Result<(Run, Option<GangRuns>)> {
+    let (slaves, cli_host) = (placement.hosts.hosts() - 1, placement.cli_host);
+    on_host(&placement.hosts, cli_host, || {
+        let mut c = Cluster::start(ClusterConfig {
+            slaves,
+            cache_mib: args.cache_mib,
+            base_dir: Some(base.to_owned()),
+            placement: Placement::Hosts(placement.clone()),
+            slave_args: vec!["--cache-mib".into(), "0".into()],
+            ..ClusterConfig::default()
+        })?;
+        let inputs = if gang { Some(gang_hosts::measure(&c, placement, slaves, args.block, args.quick)?) } else { None };
+        eprintln!("  caching off: creating the inputs (over host {cli_host}'s link)");
+        job.create_inputs(&c, args.n, args.block)?;
+        let r = run_once(&c, job, args)?;
+        print_links(&r.links, r.job.seconds);
+        let Some(inputs) = inputs else { return Ok((r, None)) };
+        let g = gang_hosts::run(&c, slaves, args)?;
+        print_links(&g.links, g.job.seconds);
+        let kill = if args.no_kill {
+            None
+        } else {
+            // A few checkpoints in the run, so that a kill loses part of an interval.
+            let steps = args.n.div_ceil(u64::from(args.block)) as u32;
+            Some(gang_hosts::run_with_kill(&mut c, slaves, args, (steps / 4).max(1))?)
+        };
+        Ok((r, Some((inputs, g, kill))))
+    })
+}
+
+/// `--engine bsp` without `bag`: the pair of [`uncached_pair`] (and
+/// ScaLAPACK with `scalapack`), nothing else.
+fn bag_and_gang(args: &Args, base: &Path, figs: &mut Figs, common: &dyn Fn(&mut Extra)) -> anyhow::Result<()> {
+    let n_hosts = args.hosts.context("--hosts")?;
+    let placement = HostsPlacement::create(n_hosts, &args.rate)?;
+    eprintln!("across hosts: store node on host 0 ({}), a rank on each of hosts 1..{}", placement.store_addr(), n_hosts - 1);
+    let (bag, gang) = uncached_pair(args, base, &placement, &Job::of(args), true)?;
+    let (inputs, g, kill) = gang.context("the data-parallel run")?;
+    gang_hosts::figures(figs, args, n_hosts - 1, &inputs, &bag.job, &g, common)?;
+    if let Some(k) = &kill {
+        gang_hosts::kill_figures(figs, &inputs, args, n_hosts - 1, k, common)?;
+    }
+    scalapack(figs, args, base, &placement, &g, common)
+}
+
+/// ScaLAPACK's block size: its usual panel width, which keeps the block
+/// columns spread evenly over a few ranks at these orders.
+const SCALAPACK_NB: u32 = 128;
+
+/// With `--engine scalapack`: pdgemm at the same n on the same hosts, and
+/// the data-parallel engine's rate against it.
+fn scalapack(
+    figs: &mut Figs,
+    args: &Args,
+    base: &Path,
+    placement: &HostsPlacement,
+    gang: &gang_hosts::GangRun,
+    common: &dyn Fn(&mut Extra),
+) -> anyhow::Result<()> {
+    if !args.engine.contains(&Engine::Scalapack) {
+        return Ok(());
+    }
+    let ranks = placement.hosts.hosts() - 1;
+    eprintln!("  ScaLAPACK pdgemm in core, n = {}, nb = {SCALAPACK_NB}, one MPI rank on each of hosts 1..{ranks}", args.n);
+    let r = scalapack_hosts::run(placement, ranks, args.n, SCALAPACK_NB, if args.quick { 1 } else { 2 }, base)?;
+    let gf = r.result["gflops"].as_f64().context("pdgemm's gflops")?;
+    eprintln!(
+        "  ScaLAPACK: {:.2} GFLOP/s ({:.2} s); data-parallel {:.2}: {:.2}× it",
+        gf,
+        r.result["seconds"].as_f64().unwrap_or(f64::NAN),
+        gang.job.gflops(),
+        gang.job.gflops() / gf.max(1e-9)
+    );
+    print_links(&r.links, r.result["seconds"].as_f64().unwrap_or(1.0));
+    let mut e: Extra = vec![("scalapack", r.result.clone()), ("links_whole_mpirun", links_json(&r.links)), ("ranks", json!(ranks))];
+    common(&mut e);
+    figs.push(("ooc_hosts_matmul_scalapack_gflops".into(), round3(gf), "GFLOP/s", None, e));
+    let mut e: Extra = vec![("bsp_gflops", json!(round3(gang.job.gflops()))), ("scalapack_gflops", json!(round3(gf)))];
+    common(&mut e);
+    figs.push(("ooc_hosts_matmul_bsp_vs_scalapack".into(), round3(gang.job.gflops() / gf.max(1e-9)), "ratio", Some(0.8), e));
+    Ok(())
+}
+
 pub(super) fn run(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<()> {
     let n_hosts = args.hosts.context("--hosts")?;
     if n_hosts < 2 {
@@ -153,7 +243,7 @@ pub(super) fn run(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<(
              are CPU-bound below what {n_hosts} real hosts would do; the link figures are the point"
         );
     }
-    let common = |e: &mut Vec<(&'static str, Value)>| {
+    let common = |e: &mut Extra| {
         e.extend([
             ("n", json!(n)),
             ("block", json!(b)),
@@ -165,6 +255,11 @@ pub(super) fn run(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<(
             ("delay", json!("none (no netem)")),
         ])
     };
+
+    let gang = args.app == App::Matmul && args.engine.contains(&Engine::Bsp);
+    if gang && !args.engine.contains(&Engine::Bag) {
+        return bag_and_gang(args, base, figs, &common);
+    }
 
     // ---- the same job on one host, as many slaves ----
     eprintln!("one host: {slaves} slaves, the node's Unix sockets");
@@ -187,21 +282,14 @@ pub(super) fn run(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<(
         placement.store_addr(),
         n_hosts - 1
     );
-    let uncached = on_host(&hosts, cli_host, || {
-        let c = Cluster::start(ClusterConfig {
-            slaves,
-            cache_mib: args.cache_mib,
-            base_dir: Some(base.to_owned()),
-            placement: Placement::Hosts(placement.clone()),
-            slave_args: vec!["--cache-mib".into(), "0".into()],
-            ..ClusterConfig::default()
-        })?;
-        eprintln!("  caching off: creating the inputs (over host {cli_host}'s link)");
-        job.create_inputs(&c, n, b)?;
-        let r = run_once(&c, &job, args)?;
-        print_links(&r.links, r.job.seconds);
-        Ok(r)
-    })?;
+    let (uncached, with_gang) = uncached_pair(args, base, &placement, &job, gang)?;
+    if let Some((inputs, g, kill)) = &with_gang {
+        gang_hosts::figures(figs, args, slaves, inputs, &uncached.job, g, &common)?;
+        if let Some(k) = kill {
+            gang_hosts::kill_figures(figs, inputs, args, slaves, k, &common)?;
+        }
+        scalapack(figs, args, base, &placement, g, &common)?;
+    }
     eprintln!("  caching on (slave block caches, slave-to-slave transfer)");
     let (across, killed) = on_host(&hosts, cli_host, || {
         let mut c = Cluster::start(ClusterConfig {
