@@ -39,6 +39,15 @@ pub trait TaskCtx {
     /// Writes a whole block under an overwrite lock (its old value is never fetched).
     fn write_block(&mut self, id: BlockId, block: &Block) -> Result<(), CtxError>;
 
+    /// [`TaskCtx::write_block`] of a block the task no longer needs: a
+    /// store that writes behind the task takes the buffer itself instead
+    /// of a copy, so the block is never held twice (a task holding four
+    /// blocks and writing one otherwise holds five for a moment, and a
+    /// slave's memory is its peak). The default writes a reference.
+    fn write_block_owned(&mut self, id: BlockId, block: Block) -> Result<(), CtxError> {
+        self.write_block(id, &block)
+    }
+
     /// Reads a small object (flag, counter, pivots) under a read lock;
     /// `None` when it does not exist.
     fn read_small(&mut self, key: &str) -> Result<Option<Vec<u8>>, CtxError>;

@@ -137,8 +137,8 @@ pub(super) fn run(job: uuid::Uuid, a: &MatrixMeta, lu: &MatrixMeta, t: LuTask, c
     // Released before the last block is written, as every dag task does
     // (a release sent after a put waits for it).
     job::release_dependencies(ctx, &releases)?;
-    for (id, block) in &last {
-        ctx.write_block(*id, block)?;
+    for (id, block) in last {
+        ctx.write_block_owned(id, block)?;
     }
     Ok(TaskOutcome { flops })
 }

@@ -197,7 +197,7 @@ fn below(
     for i in k + 1..lu.block_rows() {
         // The previous block goes before the next is read: it is not held beside it.
         if let Some((id, prev)) = last.pop() {
-            ctx.write_block(id, &prev)?;
+            ctx.write_block_owned(id, prev)?;
         }
         let mut x = col.read(ctx, i)?;
         let landing = rows.landing_in(i, b);
@@ -265,21 +265,22 @@ pub(super) fn left_swap(job: uuid::Uuid, lu: &MatrixMeta, m: u32, ctx: &mut dyn 
         blocks.dedup();
         for t in blocks {
             let first = lu.row_offset(t);
-            let mut x = if t == k { None } else { Some(job::read_for_update(ctx, lu, t, m)?) };
+            let x = if t == k { None } else { Some(job::read_for_update(ctx, lu, t, m)?) };
             let src = x.as_ref().unwrap_or(&d);
             for (r, &g) in rows.chosen.iter().enumerate() {
                 if g / b == u64::from(t) {
                     copy_row(src, (g - first) as usize, &mut diag, r);
                 }
             }
-            if let Some(x) = x.as_mut() {
+            if let Some(mut x) = x {
                 for (q, s) in rows.landing_in(t, b) {
-                    copy_row(&d, s, x, q);
+                    copy_row(&d, s, &mut x, q);
                 }
-                ctx.write_block(lu.block_id(t, m), x)?;
+                ctx.write_block_owned(lu.block_id(t, m), x)?;
             }
         }
-        ctx.write_block(lu.block_id(k, m), &diag)?;
+        drop(d);
+        ctx.write_block_owned(lu.block_id(k, m), diag)?;
     }
     Ok(())
 }
