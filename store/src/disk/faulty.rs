@@ -293,8 +293,7 @@ mod tests {
         assert_eq!(disk.injected(), vec![(Op::Sync, FaultKind::Eio)]);
         disk.power_cut();
         assert!(!disk.is_dead());
-        // The synced half stays; the unsynced half is garbled; the file,
-        // created since the directory's last sync, is gone.
+        // The file was created since the directory's last sync: gone.
         assert!(!dir.path().join("a").exists());
     }
 
