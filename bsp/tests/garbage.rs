@@ -19,6 +19,25 @@ fn hello(token: &[u8], pid: u32, nprocs: u32) -> Vec<u8> {
     b
 }
 
+/// Forms the group of `eps` (token "tok"), each process on a thread of
+/// its own running `body`, and returns each one's result, by pid.
+fn form_group<R: Send + 'static>(eps: Vec<Endpoint>, hosts: &[String], body: fn(&mut Bsp, usize) -> Result<R, BspError>) -> Vec<R> {
+    let handles: Vec<_> = eps
+        .into_iter()
+        .enumerate()
+        .map(|(pid, ep)| {
+            let hosts = hosts.to_vec();
+            std::thread::spawn(move || {
+                let mut bsp = Bsp::connect(ep, &hosts, pid, Config::new("tok"))?;
+                let r = body(&mut bsp, pid)?;
+                bsp.end();
+                Ok::<_, BspError>(r)
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+}
+
 #[test]
 fn foreign_clients_are_refused_and_the_group_still_forms() {
     let p = 3;
@@ -34,27 +53,17 @@ fn foreign_clients_are_refused_and_the_group_still_forms() {
     let mut wrong = TcpStream::connect(target).unwrap();
     wrong.write_all(&hello(b"not-the-token", 1, 3)).unwrap();
 
-    let handles: Vec<_> = eps
-        .into_iter()
-        .enumerate()
-        .map(|(pid, ep)| {
-            let hosts = hosts.clone();
-            std::thread::spawn(move || {
-                let mut bsp = Bsp::connect(ep, &hosts, pid, Config::new("tok"))?;
-                let a = bsp.push_reg(8 * 3);
-                bsp.sync()?;
-                for q in 0..3 {
-                    bsp.put_slice(q, &[pid as f64 + 1.0], a, pid)?;
-                }
-                bsp.sync()?;
-                let v = bsp.area_as::<f64>(a).to_vec();
-                bsp.end();
-                Ok::<_, BspError>(v)
-            })
-        })
-        .collect();
-    for h in handles {
-        assert_eq!(h.join().unwrap().unwrap(), vec![1.0, 2.0, 3.0]);
+    let results = form_group(eps, &hosts, |bsp, pid| {
+        let a = bsp.push_reg(8 * 3);
+        bsp.sync()?;
+        for q in 0..3 {
+            bsp.put_slice(q, &[pid as f64 + 1.0], a, pid)?;
+        }
+        bsp.sync()?;
+        Ok(bsp.area_as::<f64>(a).to_vec())
+    });
+    for v in results {
+        assert_eq!(v, vec![1.0, 2.0, 3.0]);
     }
     // The wrong token got a verdict byte saying so (1 = bad token).
     let mut v = [0u8; 1];
@@ -75,22 +84,7 @@ fn a_silent_connection_does_not_hold_up_forming_the_group() {
     let hosts: Vec<String> = eps.iter().map(|e| e.local_addr().to_string()).collect();
     let _silent = TcpStream::connect(eps[0].local_addr()).unwrap();
     let started = std::time::Instant::now();
-    let handles: Vec<_> = eps
-        .into_iter()
-        .enumerate()
-        .map(|(pid, ep)| {
-            let hosts = hosts.clone();
-            std::thread::spawn(move || {
-                let mut bsp = Bsp::connect(ep, &hosts, pid, Config::new("tok"))?;
-                bsp.sync()?;
-                bsp.end();
-                Ok::<_, BspError>(())
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().unwrap().unwrap();
-    }
+    form_group(eps, &hosts, |bsp, _| bsp.sync());
     let took = started.elapsed();
     assert!(took < std::time::Duration::from_secs(3), "forming waited on the silent connection: {took:?}");
 }

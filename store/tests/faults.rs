@@ -272,7 +272,7 @@ async fn run_case(rounds: Vec<Round>) -> Result<(), TestCaseError> {
 #[test]
 fn random_transactions_on_a_disk_that_fails_keep_every_acknowledged_commit_whole_across_power_cuts() {
     let cases = std::env::var("FT_FAULT_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(16);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = runtime();
     let mut runner = TestRunner::new(RunnerConfig { cases, failure_persistence: None, ..RunnerConfig::default() });
     let result = runner.run(&prop::collection::vec(round(), 1..3), |rounds| rt.block_on(run_case(rounds)));
     let points = POINTS.lock().unwrap().clone();
@@ -289,6 +289,17 @@ fn random_transactions_on_a_disk_that_fails_keep_every_acknowledged_commit_whole
         panic!("{e}");
     }
     assert!(points.len() >= 4.min(cases as usize), "too few fault points reached to mean anything: {points:?}");
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+/// A node on `disk` with a 4 × 4 matrix of 4 × 4 blocks.
+async fn start_with_matrix(dir: &std::path::Path, disk: &Arc<FaultyDisk>) -> (Node, Uuid) {
+    let node = start(dir, disk.clone()).await;
+    let m = node.client.create_matrix("m", 4, 4, 4).await.unwrap().id;
+    (node, m)
 }
 
 /// Takes task `t1` from the bag in `a` and writes block (0, 0) = 2 and
@@ -313,13 +324,11 @@ async fn power_cut_and_restart(node: Node, dir: &std::path::Path, disk: &Arc<Fau
 /// (block, small object, dequeue), not only the block.
 #[test]
 fn a_disk_dead_between_a_commits_batch_and_its_versions_sync_loses_the_whole_commit_at_a_power_cut() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    rt.block_on(async {
+    runtime().block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let disk = Arc::new(FaultyDisk::new());
-        let node = start(dir.path(), disk.clone()).await;
+        let (node, m) = start_with_matrix(dir.path(), &disk).await;
         let c = &node.client;
-        let m = c.create_matrix("undone", 4, 4, 4).await.unwrap().id;
         let s = c.open_session("setup").await.unwrap();
         let a = s.begin().await.unwrap();
         a.enqueue("bag", b"t1").await.unwrap();
@@ -354,13 +363,11 @@ fn a_disk_dead_between_a_commits_batch_and_its_versions_sync_loses_the_whole_com
 /// task is not handed out again.
 #[test]
 fn a_node_that_can_neither_finish_nor_undo_a_commit_stops_and_its_restart_settles_it() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    rt.block_on(async {
+    runtime().block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let disk = Arc::new(FaultyDisk::new());
-        let node = start(dir.path(), disk.clone()).await;
+        let (node, m) = start_with_matrix(dir.path(), &disk).await;
         let c = &node.client;
-        let m = c.create_matrix("unsettled", 4, 4, 4).await.unwrap().id;
         let s = c.open_session("failing").await.unwrap();
         let a = s.begin().await.unwrap();
         a.enqueue("bag", b"t1").await.unwrap();
