@@ -94,7 +94,8 @@ auth service required = cephx
 auth client required = cephx
 keyring = $dir/\$name.keyring
 run dir = $dir/run
-admin socket = $dir/run/\$name.asok
+# Clients (a store node, each slave) each need a socket of their own.
+admin socket = $dir/run/\$name.\$pid.asok
 log file = $dir/log/\$name.log
 pid file = $dir/run/\$name.daemon-pid
 crash dir = $dir/crash

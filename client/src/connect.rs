@@ -20,11 +20,16 @@ pub struct ConnectOptions {
     /// Off, it takes the network path like a client on another host.
     pub local: bool,
     pub blocks: BlocksOver,
+    /// Reaches the object store of a node whose block versions are
+    /// objects ([`crate::objects`]), so that payloads go between this
+    /// client and the object store and not through the node. `None`:
+    /// such a node's blocks go through the node.
+    pub objects: Option<crate::objects::ObjectsConnector>,
 }
 
 impl Default for ConnectOptions {
     fn default() -> Self {
-        ConnectOptions { token: None, tls: None, local: true, blocks: BlocksOver::DataPlane }
+        ConnectOptions { token: None, tls: None, local: true, blocks: BlocksOver::DataPlane, objects: None }
     }
 }
 
@@ -102,7 +107,7 @@ impl ConnectArgs {
             Some(ca) => Some(ClientTls::from_files(ca, self.tls_cert.as_deref(), self.tls_key.as_deref())?),
             None => None,
         };
-        Ok(ConnectOptions { token: self.token.clone(), tls, local: !self.no_local, blocks: self.blocks_over })
+        Ok(ConnectOptions { token: self.token.clone(), tls, local: !self.no_local, blocks: self.blocks_over, objects: None })
     }
 }
 

@@ -27,6 +27,7 @@ mod connect;
 pub mod dataplane;
 mod error;
 mod metrics;
+pub mod objects;
 mod tls;
 
 /// Generated protobuf types and gRPC stubs; the node's RPC layer uses them

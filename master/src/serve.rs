@@ -62,9 +62,34 @@ pub(crate) struct Args {
     /// Orphanings of a task after which it moves to the dead-letter bag.
     #[arg(long, default_value_t = 3)]
     attempt_limit: u32,
+    /// Where block versions are kept: `local`, files in --data (nothing
+    /// to install); `rados`, objects of the Ceph pool --pool, which slaves
+    /// given --ceph-conf read and write themselves, so that block bytes do
+    /// not pass through this node. Locks, the queue and the pointer to each
+    /// block's current version stay in --data either way. A store keeps
+    /// the choice it was made with.
+    #[arg(long, value_enum, default_value_t = Blocks::Local)]
+    blocks: Blocks,
+    /// The Ceph pool of --blocks rados (create it first: `ceph osd pool
+    /// create NAME`). Several stores may share one: each keeps to a prefix
+    /// of its own.
+    #[arg(long, value_name = "NAME", required_if_eq("blocks", "rados"))]
+    pool: Option<String>,
+    #[command(flatten)]
+    ceph: ftbag_rados::CephArgs,
+    /// Test hook: milliseconds between collections of version objects that
+    /// nothing names (--blocks rados).
+    #[arg(long, hide = true)]
+    collect_objects_every_ms: Option<u64>,
     /// Enable test-only RPCs (corrupting a block on purpose). Never in production.
     #[arg(long, hide = true)]
     test_hooks: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Blocks {
+    Local,
+    Rados,
 }
 
 /// How long a stop waits for the requests in flight (see `run`).
@@ -90,6 +115,14 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     config.node.lock_timeout = Duration::from_millis(args.lock_timeout_ms);
     config.node.attempt_limit = args.attempt_limit;
     config.node.test_hooks = args.test_hooks;
+    if args.blocks == Blocks::Rados {
+        let Some(connector) = args.ceph.connector()? else { anyhow::bail!("--blocks rados needs --ceph-conf (or CEPH_CONF)") };
+        let mut objects = store::ObjectsConfig::new(args.pool.clone().unwrap_or_default(), connector);
+        if let Some(ms) = args.collect_objects_every_ms {
+            objects.collect_every = Duration::from_millis(ms.max(1));
+        }
+        config.node.objects = Some(objects);
+    }
     let (tls, token) = (config.tls.is_some(), config.token.is_some());
     let web = args.http.map(|listen| crate::web::Options { listen, token: config.token.clone(), tls: config.tls.clone() });
     if let Some(w) = &web {

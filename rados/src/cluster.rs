@@ -227,23 +227,35 @@ impl Pool {
     /// A full pool or cluster refuses it at once ([`RadosError::Full`]):
     /// librados would otherwise hold the write until there is room.
     pub fn write_full(&self, object: &str, value: &[u8]) -> Result<(), RadosError> {
+        self.write_parts(object, &[value])
+    }
+
+    /// [`Pool::write_full`] of the parts one after the other, without
+    /// joining them in memory.
+    pub fn write_parts(&self, object: &str, parts: &[&[u8]]) -> Result<(), RadosError> {
         let _ = c_string(object)?;
-        let mut off = 0;
-        loop {
-            let piece = &value[off..value.len().min(off + PIECE)];
+        let mut off = 0u64;
+        let pieces = parts.iter().flat_map(|part| if part.is_empty() { [].chunks(1) } else { part.chunks(PIECE) });
+        let mut wrote_any = false;
+        for piece in pieces {
+            let first = !wrote_any;
             let r = self.write_op(object, ffi::OPERATION_FULL_TRY, |op| unsafe {
-                if off == 0 {
+                if first {
                     ffi::rados_write_op_write_full(op, piece.as_ptr().cast(), piece.len());
                 } else {
-                    ffi::rados_write_op_write(op, piece.as_ptr().cast(), piece.len(), off as u64);
+                    ffi::rados_write_op_write(op, piece.as_ptr().cast(), piece.len(), off);
                 }
             });
             r.map_err(|errno| self.error("write", object, errno))?;
-            off += piece.len();
-            if off >= value.len() {
-                return Ok(());
-            }
+            off += piece.len() as u64;
+            wrote_any = true;
         }
+        if !wrote_any {
+            // An empty object is still written, replacing what was there.
+            self.write_op(object, ffi::OPERATION_FULL_TRY, |op| unsafe { ffi::rados_write_op_write_full(op, [].as_ptr(), 0) })
+                .map_err(|errno| self.error("write", object, errno))?;
+        }
+        Ok(())
     }
 
     /// The object's size, or `None` if it does not exist.
@@ -270,11 +282,17 @@ impl Pool {
     /// Fills `buf` from the object's start; an object shorter than `buf`
     /// is an error (a version is read whole, its length known).
     pub fn read_into(&self, object: &str, buf: &mut [u8]) -> Result<(), RadosError> {
+        self.read_at(object, 0, buf)
+    }
+
+    /// Fills `buf` from the object at `at`; an object that ends before
+    /// `buf` is full is an error.
+    pub fn read_at(&self, object: &str, at: u64, buf: &mut [u8]) -> Result<(), RadosError> {
         let oid = c_string(object)?;
         let mut off = 0;
         while off < buf.len() {
             let len = (buf.len() - off).min(PIECE);
-            let r = unsafe { ffi::rados_read(self.io, oid.as_ptr(), buf[off..].as_mut_ptr().cast(), len, off as u64) };
+            let r = unsafe { ffi::rados_read(self.io, oid.as_ptr(), buf[off..].as_mut_ptr().cast(), len, at + off as u64) };
             if r < 0 {
                 return Err(self.error("read", object, -r));
             }
@@ -282,7 +300,7 @@ impl Pool {
                 return Err(RadosError::Corrupt {
                     pool: self.name.clone(),
                     object: object.into(),
-                    why: format!("{off} bytes long, {} expected", buf.len()),
+                    why: format!("{} bytes long, {} expected", at + off as u64, at + buf.len() as u64),
                 });
             }
             off += r as usize;

@@ -11,16 +11,24 @@
 //! Everything that touches librados is behind the `rados` feature, so a
 //! workspace build without Ceph installed links nothing of it.
 
+#[cfg(feature = "cli")]
+mod cli;
 #[cfg(feature = "rados")]
 mod cluster;
 mod error;
 #[cfg(feature = "rados")]
 mod ffi;
 #[cfg(feature = "rados")]
+mod objects;
+#[cfg(feature = "rados")]
 mod versions;
 
 #[cfg(feature = "rados")]
 pub use cluster::{Cluster, ClusterOptions, ClusterSpace, Pool};
+#[cfg(feature = "cli")]
+pub use cli::CephArgs;
 pub use error::RadosError;
+#[cfg(feature = "rados")]
+pub use objects::{connector, store_error};
 #[cfg(feature = "rados")]
 pub use versions::{Swept, VersionObjects};

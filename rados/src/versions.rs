@@ -75,6 +75,19 @@ impl VersionObjects {
         self.pool.write_full(&self.object_name(version), value)
     }
 
+    /// Writes a version given as its header and its payload, after checking
+    /// them as [`VersionObjects::put`] does, without joining them in memory.
+    pub fn put_parts(&self, version: Uuid, header: &[u8], payload: &[u8]) -> Result<(), RadosError> {
+        let parsed = block::decode_header(header).ok_or_else(|| self.corrupt(version, block::bad_header(header).into()))?;
+        if header.len() != block::HEADER_LEN || payload.len() != parsed.payload_len() {
+            return Err(self.corrupt(version, format!("{} + {} bytes for a {}×{} block", header.len(), payload.len(), parsed.rows, parsed.cols)));
+        }
+        if !block::checksum_matches(&parsed, payload) {
+            return Err(self.corrupt(version, "payload does not match its checksum".into()));
+        }
+        self.pool.write_parts(&self.object_name(version), &[header, payload])
+    }
+
     /// Reads a version whole and checks it.
     pub fn get(&self, version: Uuid) -> Result<Vec<u8>, RadosError> {
         let value = self.pool.read(&self.object_name(version))?;

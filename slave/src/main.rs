@@ -17,6 +17,11 @@ static ALLOCATOR: block_alloc::BlockAllocator = block_alloc::BlockAllocator::new
 struct Args {
     #[command(flatten)]
     connect: store_client::ConnectArgs,
+    /// Where a node started with `--blocks rados` keeps its blocks: with
+    /// --ceph-conf, this slave reads and writes them in the pool itself
+    /// (without, they go through the node).
+    #[command(flatten)]
+    ceph: ftbag_rados::CephArgs,
     /// Name shown by `master slaves` (default: slave-<pid>).
     #[arg(long)]
     name: Option<String>,
@@ -124,7 +129,7 @@ fn main() -> anyhow::Result<()> {
     }
     let config = slave::SlaveConfig {
         store: args.connect.store.clone(),
-        connect: args.connect.options()?,
+        connect: store_client::ConnectOptions { objects: args.ceph.connector()?, ..args.connect.options()? },
         name: args.name.unwrap_or_else(|| format!("slave-{}", std::process::id())),
         exit_when_idle: args.exit_when_idle,
         job: args.job,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use actions::{ActionId, LockMode};
 use bytes::Bytes;
 use store_client::block::{self, BlockHeader, HEADER_LEN};
+use store_client::dataplane::wire::ObjectVersion;
 use store_client::{MatrixInfo, StoreError};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use uuid::Uuid;
@@ -97,7 +98,7 @@ impl Node {
         // past 2⁶⁴ bytes used to wrap (`matrix info` showed a wrapped
         // byte count) and a matrix larger than the disk filled it.
         let bytes = matrix_bytes(name, n_rows, n_cols, block)?;
-        self.db.files().room_for(bytes, &format!("matrix {name:?} ({n_rows}x{n_cols}, block {block}: {})", gib(bytes)))?;
+        self.db.room_for(bytes, &format!("matrix {name:?} ({n_rows}x{n_cols}, block {block}: {})", gib(bytes)))?;
         let mut matrices = self.matrices.write().unwrap_or_else(|p| p.into_inner());
         if matrices.by_name.contains_key(name) {
             return Err(StoreError::AlreadyExists { what: format!("matrix {name:?}") });
@@ -173,6 +174,56 @@ impl Node {
         // microseconds, less than the blocking pool's two thread hand-offs.
         let open = move |db: &Db, v| Ok(db.open_version(v, &|| format!("{key:?}"))?.map(|file| (v, file)));
         self.with_version(action, key, mode, Work::Inline, Recheck::No, open).await
+    }
+
+    /// The version `action` sees of a block whose versions are objects,
+    /// under the lock a get in `mode` takes, and the block's shape: the
+    /// client reads the object itself (`store_client::objects`).
+    pub(crate) async fn object_version(&self, action: Option<ActionId>, key: BlockKey, mode: LockMode) -> Result<ObjectVersion, StoreError> {
+        if self.db.objects().is_none() {
+            return Err(files_not_objects());
+        }
+        let m = self.matrix(Some(key.matrix), "")?;
+        let (rows, cols) = block_shape(&m, key.i, key.j)?;
+        let version = self.with_version(action, key, mode, Work::Inline, Recheck::No, |_, v| Ok(Some(v))).await?;
+        Ok(ObjectVersion { version, rows, cols })
+    }
+
+    /// Makes the version a client wrote as an object (`version`, holding
+    /// `header`'s block) the action's tentative state of the block, under
+    /// the overwrite lock, once the object is found there whole. The
+    /// payload's checksum is the readers' to check, end to end.
+    pub(crate) async fn object_put(
+        self: &Arc<Self>,
+        action: Option<ActionId>,
+        key: BlockKey,
+        header: BlockHeader,
+        version: Uuid,
+    ) -> Result<(), StoreError> {
+        let Some(objects) = self.db.objects().cloned() else { return Err(files_not_objects()) };
+        let Some(action) = action else { return Err(StoreError::InvalidArgument { what: "a block put needs an action".into() }) };
+        self.prepare_put(action, key, &header).await?;
+        // Live before it is looked at, so that no collection takes it.
+        objects.stage(version);
+        let want = (HEADER_LEN + header.payload_len()) as u64;
+        let for_size = objects.clone();
+        let size = tokio::task::spawn_blocking(move || for_size.size(version))
+            .await
+            .map_err(|e| StoreError::Storage { what: e.to_string() })
+            .and_then(|size| size);
+        match size {
+            Ok(Some(n)) if n == want => self.stage_put(action, key, version),
+            found => {
+                // Not this node's to remove: the client that wrote it does.
+                objects.forget(&[version]);
+                let found = match found {
+                    Ok(Some(n)) => format!("{n} bytes"),
+                    Ok(None) => "no object".into(),
+                    Err(e) => return Err(e),
+                };
+                Err(StoreError::InvalidArgument { what: format!("{key:?}: version {version} must be an object of {want} bytes, found {found}") })
+            }
+        }
     }
 
     /// Whether `version` is still `key`'s committed one.
@@ -277,6 +328,14 @@ impl Node {
         from: &mut (impl AsyncRead + Unpin),
     ) -> std::io::Result<Result<(), StoreError>> {
         let payload = header.payload_len() as u64;
+        if self.db.objects().is_some() {
+            // Written whole, as one object, once it is all here.
+            let mut value = vec![0u8; HEADER_LEN + payload as usize];
+            value[..HEADER_LEN].copy_from_slice(&header.encode());
+            from.read_exact(&mut value[HEADER_LEN..]).await?;
+            let Some(action) = action else { return Ok(Err(StoreError::InvalidArgument { what: "a block put needs an action".into() })) };
+            return Ok(self.put_block(action, key, value).await);
+        }
         let (action, staging) = match self.prepare_staging(action, key, &header).await {
             Ok(prepared) => prepared,
             Err(e) => {
@@ -302,6 +361,9 @@ impl Node {
         header: &BlockHeader,
     ) -> Result<(ActionId, Staging), StoreError> {
         let Some(action) = action else { return Err(StoreError::InvalidArgument { what: "a block put needs an action".into() }) };
+        if self.db.objects().is_some() {
+            return Err(StoreError::InvalidArgument { what: format!("{key:?}: a put through a local pipe, to a node whose blocks are objects") });
+        }
         self.prepare_put(action, key, header).await?;
         let staging = self.db.files().stage(HEADER_LEN as u64 + header.payload_len() as u64)?;
         Ok((action, staging))
@@ -375,6 +437,10 @@ impl Node {
         }
         self.db.corrupt_block(&key)
     }
+}
+
+fn files_not_objects() -> StoreError {
+    StoreError::InvalidArgument { what: "this node keeps its blocks in its own files, not as objects of a pool".into() }
 }
 
 /// Bytes of a streamed put received and written at a time.

@@ -227,6 +227,31 @@ async fn connection(
                     Err(e) => send_error(&mut s, &e).await?,
                 }
             }
+            Op::ObjectGet => {
+                let mode = if req.cols == 0 { LockMode::Read } else { LockMode::Write };
+                match node.object_version(action, key, mode).await {
+                    Ok(at) => {
+                        let mut out = Reply { ok: true, len: wire::ObjectVersion::LEN as u64 }.encode().to_vec();
+                        out.extend_from_slice(&at.encode());
+                        s.write_all(&out).await?;
+                    }
+                    Err(e) => send_error(&mut s, &e).await?,
+                }
+            }
+            Op::ObjectPut => {
+                let mut id = [0u8; 16];
+                s.read_exact(&mut id).await?;
+                let answer = if req.rows == 0 || req.cols == 0 || req.rows > MAX_BLOCK || req.cols > MAX_BLOCK {
+                    Err(StoreError::InvalidArgument { what: format!("{key:?}: a block of {}x{}", req.rows, req.cols) })
+                } else {
+                    let header = BlockHeader { rows: req.rows, cols: req.cols, checksum: req.checksum };
+                    node.object_put(action, key, header, uuid::Uuid::from_bytes(id)).await
+                };
+                match answer {
+                    Ok(()) => s.write_all(&Reply { ok: true, len: 0 }.encode()).await?,
+                    Err(e) => send_error(&mut s, &e).await?,
+                }
+            }
             Op::PeerGet => {
                 let e = StoreError::InvalidArgument { what: "a peer get is for slaves, not the node".into() };
                 send_error(&mut s, &e).await?;
@@ -252,6 +277,13 @@ async fn connection(
                 s.read_exact(&mut body).await?;
                 let mode = if req.cols == 0 { LockMode::Read } else { LockMode::Write };
                 let blocks = wire::decode_many(&body);
+                if req.op == Op::GetMany && node.db.objects().is_some() {
+                    match get_stored(node, action, key.matrix, &blocks, mode).await {
+                        Ok(values) => send_stored(&mut s, &values).await?,
+                        Err(e) => send_error(&mut s, &e).await?,
+                    }
+                    continue;
+                }
                 if req.op == Op::GetMany {
                     match open_blocks(node, action, req.matrix, &blocks, mode).await {
                         Ok((files, _)) => send_values(&mut s, &files).await?,
@@ -595,6 +627,31 @@ async fn send_local(
 /// payloads' checksums are the reader's to check: a damaged block reaches
 /// it as sent, in step, and fails there as `Corrupt`. A file that cannot be
 /// read midway leaves the connection out of step: it is dropped.
+/// Blocks read whole through the node, one after the other (a node whose
+/// versions are objects, for a client that does not reach the pool).
+async fn get_stored(
+    node: &Arc<Node>,
+    action: Option<ActionId>,
+    matrix: uuid::Uuid,
+    blocks: &[(u32, u32)],
+    mode: LockMode,
+) -> Result<Vec<bytes::Bytes>, StoreError> {
+    let mut values = Vec::with_capacity(blocks.len());
+    for &(i, j) in blocks {
+        values.push(node.get_block(action, BlockKey { matrix, i, j }, mode).await?.1);
+    }
+    Ok(values)
+}
+
+async fn send_stored(s: &mut Stream, values: &[bytes::Bytes]) -> std::io::Result<()> {
+    let len: u64 = values.iter().map(|v| v.len() as u64).sum();
+    s.write_all(&Reply { ok: true, len }.encode()).await?;
+    for v in values {
+        s.write_all(v).await?;
+    }
+    Ok(())
+}
+
 async fn send_values(s: &mut Stream, files: &[Opened]) -> std::io::Result<()> {
     let len: u64 = files.iter().map(|(h, _)| (HEADER_LEN + h.payload_len()) as u64).sum();
     s.write_all(&Reply { ok: true, len }.encode()).await?;

@@ -56,6 +56,7 @@ use uuid::Uuid;
 use crate::disk::Disk;
 use crate::files::BlockFiles;
 use crate::keys::{BlockKey, ObjKey, Tentative};
+use crate::objects::{ObjectsConfig, VersionObjects};
 use crate::undo::{self, Undo};
 
 pub(crate) const BLOCKS: &str = "blocks";
@@ -76,6 +77,11 @@ pub(crate) struct Db {
     settled: Arc<Mutex<Vec<u64>>>,
     /// Writes the node's batches, and stops its writes when one fails.
     writer: Writer,
+    /// Where block versions are when they are objects of a pool
+    /// (`objects.rs`) rather than `files`; and the collection's thread,
+    /// stopped by dropping its sender.
+    objects: Option<Arc<VersionObjects>>,
+    collector: Option<(mpsc::Sender<()>, JoinHandle<()>)>,
 }
 
 /// Writes batches through the disk. A synced batch that fails stops every
@@ -159,6 +165,13 @@ impl Drop for Db {
         if let Some(t) = self.committer.take() {
             let _ = t.join();
         }
+        if let Some((stop, t)) = self.collector.take() {
+            drop(stop);
+            let _ = t.join();
+        }
+        if let Some(objects) = &self.objects {
+            objects.close();
+        }
         self.files.stop_spares();
         if let Some(t) = self.spares.take() {
             let _ = t.join();
@@ -188,7 +201,20 @@ pub(crate) fn storage_error(e: rocksdb::Error) -> StoreError {
 }
 
 impl Db {
+    #[cfg(test)]
     pub(crate) fn open(path: &Path, cache_mib: usize, disk: Arc<dyn Disk>) -> Result<(Arc<Db>, Recovered), StoreError> {
+        Db::open_with(path, cache_mib, disk, None)
+    }
+
+    /// Opens the store, its block versions in `objects` or, `None`, in
+    /// its own files; a store is always reopened with its blocks where
+    /// they were.
+    pub(crate) fn open_with(
+        path: &Path,
+        cache_mib: usize,
+        disk: Arc<dyn Disk>,
+        objects: Option<&ObjectsConfig>,
+    ) -> Result<(Arc<Db>, Recovered), StoreError> {
         let cache = Cache::new_lru_cache(cache_mib.max(8) << 20).map_err(storage_error)?;
         let mut table = BlockBasedOptions::default();
         table.set_block_cache(&cache);
@@ -216,6 +242,11 @@ impl Db {
             ColumnFamilyDescriptor::new(BLOCKS, cf_opts),
         ];
         let raw = Arc::new(DB::open_cf_descriptors(&db_opts, path, cfs).map_err(storage_error)?);
+        let version_objects = match objects {
+            Some(config) => Some(VersionObjects::open(config, objects_prefix(&raw, &disk)?)?),
+            None => None,
+        };
+        check_backend(&raw, &disk, objects)?;
         let files = Arc::new(
             BlockFiles::open(path, disk.clone()).map_err(|e| crate::files::io_error(e, || "opening the blocks directory".into()))?,
         );
@@ -240,8 +271,17 @@ impl Db {
             spares: None,
             settled,
             writer,
+            objects: version_objects,
+            collector: None,
         };
         let recovered = db.recover()?;
+        if let (Some(objects), Some(config)) = (&db.objects, objects) {
+            let (stop, stopped) = mpsc::channel();
+            let for_collector = db.db.clone();
+            let t = crate::objects::start_collector(objects.clone(), config.collect_every, move || committed_versions(&for_collector), stopped)
+                .map_err(|e| StoreError::Storage { what: format!("starting the object collection's thread: {e}") })?;
+            db.collector = Some((stop, t));
+        }
         let spares = db.files.start_spares().map_err(|e| crate::files::io_error(e, || "starting the spare block files' thread".into()))?;
         db.spares = Some(spares);
         Ok((Arc::new(db), recovered))
@@ -272,18 +312,12 @@ impl Db {
             batch.delete_cf(self.blocks(), &k[1..]);
             batch.delete(&k);
         }
-        let mut committed = HashSet::new();
-        for item in self.db.prefix_iterator(b"B") {
-            let (k, v) = item.map_err(storage_error)?;
-            if !k.starts_with(b"B") {
-                break;
-            }
-            if let Ok(v) = Uuid::from_slice(&v) {
-                committed.insert(v);
-            }
-        }
-        let n_garbage_versions =
+        let committed = committed_versions(&self.db)?;
+        let mut n_garbage_versions =
             self.files.sweep(&committed).map_err(|e| crate::files::io_error(e, || "sweeping uncommitted block versions".into()))?;
+        if let Some(objects) = &self.objects {
+            n_garbage_versions += objects.sweep(&committed)?;
+        }
         self.files.refill()?;
         let mut queue = Vec::new();
         for item in self.db.prefix_iterator(b"Q") {
@@ -362,7 +396,10 @@ impl Db {
         batch.delete(matrix_key(id));
         batch.delete(name_key(name));
         self.writer.write_synced(batch, "a matrix's deletion")?;
-        self.files.remove(&versions);
+        match &self.objects {
+            Some(objects) => objects.drop_later(&versions),
+            None => self.files.remove(&versions),
+        }
         Ok(())
     }
 
@@ -379,18 +416,41 @@ impl Db {
     /// A version's stored form (checked by the caller: every block carries
     /// its own checksum); `None` if it is gone.
     pub(crate) fn read_version(&self, version: Uuid) -> Result<Option<Vec<u8>>, StoreError> {
-        self.files.read(version)
+        match &self.objects {
+            Some(objects) => objects.read(version),
+            None => self.files.read(version),
+        }
     }
 
     /// Opens a version's file (its header unchecked); `None` if it is gone.
     pub(crate) fn open_version(&self, version: Uuid, what: &dyn Fn() -> String) -> Result<Option<Arc<std::fs::File>>, StoreError> {
+        if let Some(objects) = &self.objects {
+            return Err(objects_not_files(objects, &what()));
+        }
         self.files.open_version(version, what)
+    }
+
+    /// Where versions are when they are objects.
+    pub(crate) fn objects(&self) -> Option<&Arc<VersionObjects>> {
+        self.objects.as_ref()
+    }
+
+    /// Whether `bytes` more of blocks fit: on the node's disk, or, for
+    /// objects, left to the cluster to refuse when full.
+    pub(crate) fn room_for(&self, bytes: u64, what: &str) -> Result<(), StoreError> {
+        match &self.objects {
+            Some(_) => Ok(()),
+            None => self.files.room_for(bytes, what),
+        }
     }
 
     /// Writes a new block version, synced; returns its id. A commit makes
     /// it current.
     pub(crate) fn stage_version(&self, value: &[u8]) -> Result<Uuid, StoreError> {
-        self.files.write(value)
+        match &self.objects {
+            Some(objects) => objects.put(value),
+            None => self.files.write(value),
+        }
     }
 
     /// The version files, for a put that writes its version in pieces as
@@ -419,15 +479,31 @@ impl Db {
 
     /// Drops staged versions of aborted or superseded writes (recycled).
     pub(crate) fn drop_staged(&self, versions: &[Uuid]) {
-        self.files.retire(versions);
+        match &self.objects {
+            Some(objects) => objects.drop_later(versions),
+            None => self.files.retire(versions),
+        }
+    }
+
+    /// After a durable commit: what it named is no longer staged, what it
+    /// replaced goes.
+    fn after_commit(&self, staged: &[Uuid], replaced: &[Uuid]) {
+        match &self.objects {
+            Some(objects) => {
+                objects.forget(staged);
+                objects.drop_later(replaced);
+            }
+            None => self.files.retire(replaced),
+        }
     }
 
     /// The top-level commit: every write of the action and every queue
     /// change, written with a synced batch by the group committer. Every
     /// version it names must be synced. When this returns Ok, it is on disk.
     pub(crate) async fn commit(&self, writes: Vec<(ObjKey, Tentative)>, queue: Vec<queue::Mutation>) -> Result<(), StoreError> {
+        let staged: Vec<Uuid> = writes.iter().filter_map(|(_, t)| t.staged_version()).collect();
         let committed = self.queue_commit(writes, queue, false)?.await?;
-        self.files.retire(&committed.replaced);
+        self.after_commit(&staged, &committed.replaced);
         Ok(())
     }
 
@@ -443,6 +519,7 @@ impl Db {
         sync_versions: impl Future<Output = Result<(), StoreError>>,
     ) -> Result<(), StoreError> {
         // Queued before the sync starts, so that the two flushes overlap.
+        let staged: Vec<Uuid> = writes.iter().filter_map(|(_, t)| t.staged_version()).collect();
         let batch = self.queue_commit(writes, queue, true)?;
         let (committed, synced) = tokio::join!(batch, sync_versions);
         let committed = committed?;
@@ -457,7 +534,7 @@ impl Db {
             let _ = self.writer.write_synced(batch, &format!("the undo of a commit whose block versions failed to sync ({e})"));
             return Err(e);
         }
-        self.files.retire(&committed.replaced);
+        self.after_commit(&staged, &committed.replaced);
         // Deleted by the committer, off this commit's path: a write of its
         // own here would queue, with two writers, behind the other's synced
         // batch in RocksDB's write thread (one fdatasync, about 0.16 ms
@@ -508,6 +585,9 @@ impl Db {
 
     /// Writes a consistent copy of the store into `dir` (`backup.rs`).
     pub(crate) fn backup(&self, dir: &Path) -> Result<crate::backup::BackupReport, StoreError> {
+        if let Some(objects) = &self.objects {
+            return Err(objects_not_files(objects, "a backup of the node's block files"));
+        }
         crate::backup::backup(&self.db, &self.files, dir)
     }
 
@@ -521,7 +601,71 @@ impl Db {
     pub(crate) fn corrupt_block(&self, key: &BlockKey) -> Result<(), StoreError> {
         let version = self.block_version(key)?.ok_or_else(|| StoreError::NotFound { what: format!("{key:?}") })?;
         let value = self.read_version(version)?.ok_or_else(|| StoreError::NotFound { what: format!("{key:?}") })?;
+        if let Some(objects) = &self.objects {
+            return Err(objects_not_files(objects, "corrupting a block's file"));
+        }
         self.files.corrupt(version, value.len() / 2 + store_client::block::HEADER_LEN / 2)
+    }
+}
+
+/// Every version a pointer names.
+fn committed_versions(db: &DB) -> Result<HashSet<Uuid>, StoreError> {
+    let mut committed = HashSet::new();
+    for item in db.prefix_iterator(b"B") {
+        let (k, v) = item.map_err(storage_error)?;
+        if !k.starts_with(b"B") {
+            break;
+        }
+        if let Ok(v) = Uuid::from_slice(&v) {
+            committed.insert(v);
+        }
+    }
+    Ok(committed)
+}
+
+fn objects_not_files(objects: &VersionObjects, what: &str) -> StoreError {
+    StoreError::InvalidArgument {
+        what: format!("{what}: this node keeps its blocks as objects in pool {} (prefix {}), not in files", objects.pool(), objects.prefix()),
+    }
+}
+
+/// This store's prefix in a pool: its own id, made at the first open with
+/// objects, so that stores sharing a pool never touch each other's.
+fn objects_prefix(db: &DB, disk: &Arc<dyn Disk>) -> Result<String, StoreError> {
+    let id = match db.get(b"!id").map_err(storage_error)?.and_then(|v| Uuid::from_slice(&v).ok()) {
+        Some(id) => id,
+        None => {
+            let id = Uuid::new_v4();
+            let mut batch = WriteBatch::default();
+            batch.put(b"!id", id.as_bytes());
+            disk.write_batch(db, batch, true)?;
+            id
+        }
+    };
+    Ok(format!("ftbag/{}/", id.simple()))
+}
+
+/// Refuses to open a store with its blocks elsewhere than where its
+/// pointers say (files, or a pool); records where at the first open.
+/// A store of before the record, or one without blocks, is of files.
+fn check_backend(db: &DB, disk: &Arc<dyn Disk>, objects: Option<&ObjectsConfig>) -> Result<(), StoreError> {
+    let wanted = crate::objects::backend_record(objects);
+    let has_blocks = db.prefix_iterator(b"B").next().transpose().map_err(storage_error)?.is_some_and(|(k, _)| k.starts_with(b"B"));
+    let recorded = match db.get(b"!blocks").map_err(storage_error)? {
+        Some(v) => Some(String::from_utf8_lossy(&v).into_owned()),
+        None if has_blocks => Some(crate::objects::backend_record(None)),
+        None => None,
+    };
+    match recorded {
+        Some(r) if r != wanted => Err(StoreError::InvalidArgument {
+            what: format!("this store keeps its blocks as {r}, not as {wanted}: start it the way it was made (--blocks)"),
+        }),
+        Some(_) => Ok(()),
+        None => {
+            let mut batch = WriteBatch::default();
+            batch.put(b"!blocks", wanted.as_bytes());
+            disk.write_batch(db, batch, true)
+        }
     }
 }
 

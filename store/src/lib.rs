@@ -27,6 +27,7 @@ mod listen;
 mod matrix_record;
 mod metrics;
 mod node;
+mod objects;
 mod open_files;
 mod readahead;
 mod rpc;
@@ -57,6 +58,7 @@ pub const DATA_SOCKET: &str = "blocks.sock";
 /// ([`Running::client`]).
 const IN_PROCESS_BUFFER: usize = 1 << 20;
 pub use node::NodeConfig;
+pub use objects::ObjectsConfig;
 
 /// Everything a store node is started with.
 #[derive(Clone, Debug)]
@@ -184,7 +186,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
             return Err(ServeError::Insecure { addr });
         }
     }
-    let (db, recovered) = db::Db::open(&config.data, config.cache_mib, config.node.disk.clone())
+    let (db, recovered) = db::Db::open_with(&config.data, config.cache_mib, config.node.disk.clone(), config.node.objects.as_ref())
         .map_err(|source| ServeError::Open { path: config.data.clone(), source })?;
     tracing::info!(
         boot = recovered.boot,

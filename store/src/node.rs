@@ -46,6 +46,9 @@ pub struct NodeConfig {
     /// The disk every write of the node goes through (`disk.rs`): the
     /// disk itself, or in tests one that fails on cue.
     pub disk: Arc<dyn crate::disk::Disk>,
+    /// Block versions as objects of a pool (`--blocks rados`); `None`:
+    /// in the node's own files.
+    pub objects: Option<crate::objects::ObjectsConfig>,
 }
 
 impl Default for NodeConfig {
@@ -58,6 +61,7 @@ impl Default for NodeConfig {
             hold_after_batch: Duration::ZERO,
             peek_on_the_readers_cpu: false,
             disk: Arc::new(crate::disk::RealDisk),
+            objects: None,
         }
     }
 }

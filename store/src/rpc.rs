@@ -229,6 +229,8 @@ impl Store for Rpc {
             wire_version: u32::from(store_client::dataplane::wire::VERSION),
             node_id: self.node_id.as_bytes().to_vec().into(),
             host_id: self.host_id.clone(),
+            object_pool: self.node.db.objects().map(|o| o.pool().to_owned()).unwrap_or_default(),
+            object_prefix: self.node.db.objects().map(|o| o.prefix().to_owned()).unwrap_or_default(),
         }))
     }
 

@@ -114,7 +114,9 @@ pub(super) async fn connect_data_plane(
     let token = options.token.as_deref();
     let same_host = !info.host_id.is_empty() && info.host_id == host_identity();
     let node = Uuid::from_slice(&info.node_id).ok();
-    if options.local && same_host && !info.unix_path.is_empty() && node.is_some() {
+    // A node whose blocks are objects has no version files to hand over.
+    let objects = !info.object_pool.is_empty();
+    if options.local && same_host && !objects && !info.unix_path.is_empty() && node.is_some() {
         match DataPlane::connect(Target::Unix(info.unix_path.clone().into()), token, None, node).await {
             Ok(plane) => return Ok(Some(Arc::new(plane))),
             Err(e @ StoreError::Unauthenticated { .. }) => return Err(e),
@@ -135,5 +137,9 @@ pub(super) async fn connect_data_plane(
         Some(tls) => Some((tls.connector(), ClientTls::server_name(host)?)),
         None => None,
     };
-    Ok(Some(Arc::new(DataPlane::connect(Target::Tcp(plane_addr), token, tls, None).await?)))
+    let plane = DataPlane::connect(Target::Tcp(plane_addr), token, tls, None).await?;
+    if objects {
+        plane.attach_objects(options.objects.as_ref().map(|c| c.open(&info.object_pool, &info.object_prefix)).transpose()?);
+    }
+    Ok(Some(Arc::new(plane)))
 }

@@ -5,6 +5,7 @@
 
 mod cached;
 pub mod fdpass;
+mod object_io;
 mod peek;
 pub mod splice;
 pub mod unix_conn;
@@ -208,6 +209,12 @@ pub(crate) struct DataPlane {
     /// read lock go (TCP only: on the node's machine a get reads the
     /// node's page cache through the file's descriptor already).
     cache: std::sync::OnceLock<std::sync::Arc<crate::cache::BlockCache>>,
+    /// Where a node whose blocks are objects keeps them, reached by this
+    /// client itself ([`object_io`]).
+    objects: std::sync::OnceLock<std::sync::Arc<dyn crate::objects::BlockObjects>>,
+    /// The node keeps its blocks as objects, whether or not this client
+    /// reaches them: it has no version stamps for a block cache.
+    objects_node: std::sync::atomic::AtomicBool,
 }
 
 impl DataPlane {
@@ -223,6 +230,8 @@ impl DataPlane {
             no_pipes: Default::default(),
             peeked: PeekCounts::default(),
             cache: Default::default(),
+            objects: Default::default(),
+            objects_node: Default::default(),
         };
         let first = plane.open().await?;
         plane.give_back(first);
@@ -241,6 +250,8 @@ impl DataPlane {
             no_pipes: true.into(),
             peeked: PeekCounts::default(),
             cache: Default::default(),
+            objects: Default::default(),
+            objects_node: Default::default(),
         };
         let first = plane.open().await?;
         plane.give_back(first);
@@ -401,10 +412,22 @@ impl DataPlane {
     /// Sends this plane's gets of one block under a read lock through
     /// `cache` (a TCP plane's only); false where it does not.
     pub(crate) fn attach_cache(&self, cache: std::sync::Arc<crate::cache::BlockCache>) -> bool {
-        !self.is_local() && (self.cache.set(cache).is_ok() || self.cache.get().is_some())
+        !self.is_local() && !self.objects_node.load(std::sync::atomic::Ordering::Relaxed) && (self.cache.set(cache).is_ok() || self.cache.get().is_some())
+    }
+
+    /// Sends this plane's block reads and writes to `objects`, the node's
+    /// object store, with only their versions going through the node.
+    pub(crate) fn attach_objects(&self, objects: Option<std::sync::Arc<dyn crate::objects::BlockObjects>>) {
+        self.objects_node.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(objects) = objects {
+            let _ = self.objects.set(objects);
+        }
     }
 
     pub(crate) async fn get(&self, action: u64, matrix: Uuid, i: u32, j: u32, for_update: bool) -> Result<BlockData> {
+        if let Some(objects) = self.objects.get() {
+            return self.object_get(objects, action, matrix, i, j, for_update).await;
+        }
         // On the node's machine the node hands over the version file and
         // the payload never crosses a socket.
         let local = matches!(self.target, Target::Unix(_));
@@ -539,6 +562,13 @@ impl DataPlane {
     /// its reply hands over all their files, elsewhere it carries their
     /// values one after the other. Stops at the first that fails.
     pub(crate) async fn get_many(&self, action: u64, matrix: Uuid, blocks: &[(u32, u32)], for_update: bool) -> Result<Vec<BlockData>> {
+        if let Some(objects) = self.objects.get() {
+            let mut got = Vec::with_capacity(blocks.len());
+            for &(i, j) in blocks {
+                got.push(self.object_get(objects, action, matrix, i, j, for_update).await?);
+            }
+            return Ok(got);
+        }
         let local = matches!(self.target, Target::Unix(_));
         let op = if local { Op::GetLocalMany } else { Op::GetMany };
         let mut got = Vec::with_capacity(blocks.len());
@@ -701,6 +731,9 @@ impl DataPlane {
             return Err(StoreError::InvalidArgument {
                 what: format!("block ({i}, {j}): {} values do not make a {}x{} block", block.data.len(), block.rows, block.cols),
             });
+        }
+        if let Some(objects) = self.objects.get() {
+            return self.object_put(objects, action, matrix, (i, j), block).await;
         }
         let checksum = block::checksum(payload);
         let mut s = self.checkout().await?;

@@ -182,6 +182,16 @@ pub enum Op {
     GetCached = 11,
     /// A slave's get of a version a peer slave caches (never to a node).
     PeerGet = 12,
+    /// On a node whose blocks are objects ([`crate::objects`]): takes the
+    /// lock a `Get` (`cols` 0) or `GetForUpdate` (`cols` 1) takes and
+    /// answers the version the action sees, for the client to read
+    /// itself: [`ObjectVersion`].
+    ObjectGet = 13,
+    /// On such a node: the client wrote the block's new version as an
+    /// object (its id, 16 bytes, follows the request); the node takes the
+    /// overwrite lock, checks the object's size against `rows`×`cols` and
+    /// makes it the action's tentative state of the block.
+    ObjectPut = 14,
 }
 
 /// The gRPC methods a data-plane call may name: the control calls a
@@ -283,6 +293,8 @@ impl Request {
             10 => Op::PutSpliced,
             11 => Op::GetCached,
             12 => Op::PeerGet,
+            13 => Op::ObjectGet,
+            14 => Op::ObjectPut,
             other => return Err(WireError::BadOp(other)),
         };
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
@@ -326,6 +338,32 @@ impl Request {
     /// Payload bytes that follow a put.
     pub fn payload_len(&self) -> usize {
         self.rows as usize * self.cols as usize * 8
+    }
+}
+
+/// The answer to an [`Op::ObjectGet`]: the version the action sees and
+/// the block's shape, which its object's header must carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectVersion {
+    pub version: Uuid,
+    pub rows: u32,
+    pub cols: u32,
+}
+
+impl ObjectVersion {
+    pub const LEN: usize = 24;
+
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0..16].copy_from_slice(self.version.as_bytes());
+        b[16..20].copy_from_slice(&self.rows.to_le_bytes());
+        b[20..24].copy_from_slice(&self.cols.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; Self::LEN]) -> ObjectVersion {
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        ObjectVersion { version: Uuid::from_bytes(b[0..16].try_into().expect("16 bytes")), rows: u32_at(16), cols: u32_at(20) }
     }
 }
 
