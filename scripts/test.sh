@@ -16,7 +16,7 @@ fi
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --workspace --all-targets -- -D warnings
   # The Ceph backend's crate and `bench rados`, librados linked (issue 48).
-  cargo clippy -p ftbag-rados -p bench --all-targets --features ftbag-rados/rados,bench/rados -- -D warnings
+  cargo clippy -p ftbag-rados -p bench -p master -p slave --all-targets --features ftbag-rados/rados,ftbag-rados/cli,bench/rados,master/rados,slave/rados -- -D warnings
 else
   echo "test: clippy is not installed; lints not checked" >&2
 fi
@@ -26,6 +26,12 @@ cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/ftbag-test.log
 # binary starting one throwaway cluster (scripts/ceph-cluster.sh; root and
 # the Ceph packages, else its tests print `skipped:`).
 cargo test -p ftbag-rados --features rados --no-fail-fast 2>&1 | tee -a /tmp/ftbag-test.log
+# The store node and slaves on that backend (`master serve --blocks rados`,
+# `slave --ceph-conf`): apps with slave kills, a store killed mid-job, an
+# OSD killed mid-job, bad cluster settings. The slave binary the tests run
+# must link librados too.
+cargo build -p master -p slave --features master/rados,slave/rados
+cargo test -p master --features rados --test rados --no-fail-fast 2>&1 | tee -a /tmp/ftbag-test.log
 # Every fuzz target for a few seconds from its seed corpus (issue 52):
 # libFuzzer through cargo-fuzz on the nightly toolchain (scripts/fuzz.sh
 # has scripts/setup.sh install both). A finding fails the run.

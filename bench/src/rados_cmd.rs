@@ -52,7 +52,17 @@ pub(crate) struct Args {
     /// Payload per (side, clients) point.
     #[arg(long, default_value_t = 512)]
     mib: u64,
-    /// b = 512, 1 and 4 clients, 128 MiB.
+    /// Also a multiply of n = N with blocks of B (`N:B`), run on a store
+    /// node with its blocks in files and on one with them in the pool
+    /// (`master serve --blocks rados`, slaves reading it themselves), one
+    /// after the other in this run. Needs master and slave built with
+    /// their `rados` feature beside this binary.
+    #[arg(long, value_name = "N:B")]
+    matmul: Option<String>,
+    /// Slaves of the multiply.
+    #[arg(long, default_value_t = 2)]
+    slaves: usize,
+    /// b = 512, 1 and 4 clients, 128 MiB; a multiply of n = 1024, b = 256.
     #[arg(long)]
     quick: bool,
 }
@@ -88,6 +98,7 @@ fn local_path(dir: &Path, id: Uuid) -> PathBuf {
 pub(crate) fn run(mut args: Args) -> anyhow::Result<()> {
     if args.quick {
         (args.sides, args.clients, args.mib) = (vec![512], vec![1, 4], 128);
+        args.matmul.get_or_insert_with(|| "1024:256".into());
     }
     let cluster = Cluster::connect(ClusterOptions::new(&args.ceph_conf))?;
     let objects = Arc::new(VersionObjects::new(cluster.pool(&args.pool)?, format!("bench.{}.", Uuid::new_v4().simple())));
@@ -129,5 +140,40 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<()> {
             }
         }
     }
+    if let Some(spec) = &args.matmul {
+        matmul_on_both(&args, spec)?;
+    }
+    Ok(())
+}
+
+/// The same multiply with blocks in the node's files and in the pool.
+fn matmul_on_both(args: &Args, spec: &str) -> anyhow::Result<()> {
+    use crate::cluster::{Cluster as Nodes, ClusterConfig};
+    let (n, b) = spec.split_once(':').context("--matmul takes N:B")?;
+    let (n, b): (u64, u32) = (n.parse().context("--matmul's N")?, b.parse().context("--matmul's B")?);
+    let conf = args.ceph_conf.to_string_lossy().into_owned();
+    let mut gflops = Vec::new();
+    for backend in ["local", "rados"] {
+        let mut config = ClusterConfig { slaves: args.slaves, base_dir: Some(args.dir.clone()), ..ClusterConfig::default() };
+        if backend == "rados" {
+            config.serve_args = ["--blocks", "rados", "--pool", &args.pool, "--ceph-conf", &conf].map(String::from).to_vec();
+            config.slave_args = vec!["--ceph-conf".into(), conf.clone()];
+        }
+        let c = Nodes::start(config)?;
+        c.create_matrix("A", n, b, "random", 1)?;
+        c.create_matrix("B", n, b, "random", 2)?;
+        let job = c.run_job(&["matmul", "A", "B", "--out", "C"], std::time::Duration::from_secs(3600))?;
+        anyhow::ensure!(job.ok(), "the {backend} multiply failed: {}", job.failure.clone().unwrap_or_default());
+        let (ok, line) = c.verify(job.id)?;
+        anyhow::ensure!(ok, "the {backend} multiply's result: {line}");
+        for name in ["A", "B", "C"] {
+            c.remove_matrix(name);
+        }
+        let extra = vec![("n", json!(n)), ("b", json!(b)), ("slaves", json!(args.slaves)), ("seconds", json!(job.seconds))];
+        Figure { name: &format!("rados.matmul.{backend}"), value: job.gflops(), unit: "GFLOP/s", target: None, extra }.print();
+        gflops.push(job.gflops());
+    }
+    let extra = vec![("n", json!(n)), ("b", json!(b)), ("slaves", json!(args.slaves))];
+    Figure { name: "rados.matmul.ratio", value: gflops[1] / gflops[0], unit: "x", target: None, extra }.print();
     Ok(())
 }

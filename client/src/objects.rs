@@ -48,7 +48,10 @@ pub trait BlockObjects: Send + Sync + fmt::Debug {
 /// Opens the versions of `(pool, prefix)`: how a node reaches its own and
 /// a client the node's, as the node names them.
 #[derive(Clone)]
-pub struct ObjectsConnector(pub Arc<dyn Fn(&str, &str) -> Result<Arc<dyn BlockObjects>, StoreError> + Send + Sync>);
+pub struct ObjectsConnector(pub Arc<OpenObjects>);
+
+/// What an [`ObjectsConnector`] calls with the pool and the prefix.
+pub type OpenObjects = dyn Fn(&str, &str) -> Result<Arc<dyn BlockObjects>, StoreError> + Send + Sync;
 
 impl ObjectsConnector {
     pub fn open(&self, pool: &str, prefix: &str) -> Result<Arc<dyn BlockObjects>, StoreError> {

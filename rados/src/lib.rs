@@ -23,10 +23,10 @@ mod objects;
 #[cfg(feature = "rados")]
 mod versions;
 
-#[cfg(feature = "rados")]
-pub use cluster::{Cluster, ClusterOptions, ClusterSpace, Pool};
 #[cfg(feature = "cli")]
 pub use cli::CephArgs;
+#[cfg(feature = "rados")]
+pub use cluster::{Cluster, ClusterOptions, ClusterSpace, Pool};
 pub use error::RadosError;
 #[cfg(feature = "rados")]
 pub use objects::{connector, store_error};

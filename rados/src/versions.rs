@@ -80,7 +80,9 @@ impl VersionObjects {
     pub fn put_parts(&self, version: Uuid, header: &[u8], payload: &[u8]) -> Result<(), RadosError> {
         let parsed = block::decode_header(header).ok_or_else(|| self.corrupt(version, block::bad_header(header).into()))?;
         if header.len() != block::HEADER_LEN || payload.len() != parsed.payload_len() {
-            return Err(self.corrupt(version, format!("{} + {} bytes for a {}×{} block", header.len(), payload.len(), parsed.rows, parsed.cols)));
+            return Err(
+                self.corrupt(version, format!("{} + {} bytes for a {}×{} block", header.len(), payload.len(), parsed.rows, parsed.cols))
+            );
         }
         if !block::checksum_matches(&parsed, payload) {
             return Err(self.corrupt(version, "payload does not match its checksum".into()));

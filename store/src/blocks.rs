@@ -179,7 +179,12 @@ impl Node {
     /// The version `action` sees of a block whose versions are objects,
     /// under the lock a get in `mode` takes, and the block's shape: the
     /// client reads the object itself (`store_client::objects`).
-    pub(crate) async fn object_version(&self, action: Option<ActionId>, key: BlockKey, mode: LockMode) -> Result<ObjectVersion, StoreError> {
+    pub(crate) async fn object_version(
+        &self,
+        action: Option<ActionId>,
+        key: BlockKey,
+        mode: LockMode,
+    ) -> Result<ObjectVersion, StoreError> {
         if self.db.objects().is_none() {
             return Err(files_not_objects());
         }
@@ -221,7 +226,9 @@ impl Node {
                     Ok(None) => "no object".into(),
                     Err(e) => return Err(e),
                 };
-                Err(StoreError::InvalidArgument { what: format!("{key:?}: version {version} must be an object of {want} bytes, found {found}") })
+                Err(StoreError::InvalidArgument {
+                    what: format!("{key:?}: version {version} must be an object of {want} bytes, found {found}"),
+                })
             }
         }
     }
@@ -362,7 +369,9 @@ impl Node {
     ) -> Result<(ActionId, Staging), StoreError> {
         let Some(action) = action else { return Err(StoreError::InvalidArgument { what: "a block put needs an action".into() }) };
         if self.db.objects().is_some() {
-            return Err(StoreError::InvalidArgument { what: format!("{key:?}: a put through a local pipe, to a node whose blocks are objects") });
+            return Err(StoreError::InvalidArgument {
+                what: format!("{key:?}: a put through a local pipe, to a node whose blocks are objects"),
+            });
         }
         self.prepare_put(action, key, header).await?;
         let staging = self.db.files().stage(HEADER_LEN as u64 + header.payload_len() as u64)?;

@@ -278,8 +278,9 @@ impl Db {
         if let (Some(objects), Some(config)) = (&db.objects, objects) {
             let (stop, stopped) = mpsc::channel();
             let for_collector = db.db.clone();
-            let t = crate::objects::start_collector(objects.clone(), config.collect_every, move || committed_versions(&for_collector), stopped)
-                .map_err(|e| StoreError::Storage { what: format!("starting the object collection's thread: {e}") })?;
+            let t =
+                crate::objects::start_collector(objects.clone(), config.collect_every, move || committed_versions(&for_collector), stopped)
+                    .map_err(|e| StoreError::Storage { what: format!("starting the object collection's thread: {e}") })?;
             db.collector = Some((stop, t));
         }
         let spares = db.files.start_spares().map_err(|e| crate::files::io_error(e, || "starting the spare block files' thread".into()))?;
@@ -625,7 +626,11 @@ fn committed_versions(db: &DB) -> Result<HashSet<Uuid>, StoreError> {
 
 fn objects_not_files(objects: &VersionObjects, what: &str) -> StoreError {
     StoreError::InvalidArgument {
-        what: format!("{what}: this node keeps its blocks as objects in pool {} (prefix {}), not in files", objects.pool(), objects.prefix()),
+        what: format!(
+            "{what}: this node keeps its blocks as objects in pool {} (prefix {}), not in files",
+            objects.pool(),
+            objects.prefix()
+        ),
     }
 }
 

@@ -412,7 +412,9 @@ impl DataPlane {
     /// Sends this plane's gets of one block under a read lock through
     /// `cache` (a TCP plane's only); false where it does not.
     pub(crate) fn attach_cache(&self, cache: std::sync::Arc<crate::cache::BlockCache>) -> bool {
-        !self.is_local() && !self.objects_node.load(std::sync::atomic::Ordering::Relaxed) && (self.cache.set(cache).is_ok() || self.cache.get().is_some())
+        !self.is_local()
+            && !self.objects_node.load(std::sync::atomic::Ordering::Relaxed)
+            && (self.cache.set(cache).is_ok() || self.cache.get().is_some())
     }
 
     /// Sends this plane's block reads and writes to `objects`, the node's

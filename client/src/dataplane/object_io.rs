@@ -93,7 +93,8 @@ impl DataPlane {
         let header = BlockHeader { rows: block.rows as u32, cols: block.cols as u32, checksum: block::checksum(payload) };
         let version = Uuid::new_v4();
         blocking(|| objects.put(version, &header.encode(), payload))?;
-        let req = Request { op: Op::ObjectPut, action, matrix, i, j, rows: header.rows, cols: header.cols, checksum: header.checksum, flags: 0 };
+        let req =
+            Request { op: Op::ObjectPut, action, matrix, i, j, rows: header.rows, cols: header.cols, checksum: header.checksum, flags: 0 };
         let mut s = self.checkout().await?;
         let answer = self.object_put_on(&mut s, &req, version).await;
         if let Ok(s_answer) = &answer {

@@ -687,10 +687,20 @@ mod tests {
     }
 
     #[test]
+    fn object_ops_and_answers_round_trip() {
+        for op in [Op::ObjectGet, Op::ObjectPut] {
+            let req = Request { op, action: 7, matrix: Uuid::new_v4(), i: 3, j: 4, rows: 5, cols: 6, checksum: 9, flags: 0 };
+            assert_eq!(Request::decode(&req.encode()), Ok(req));
+        }
+        let at = ObjectVersion { version: Uuid::new_v4(), rows: 4096, cols: 17 };
+        assert_eq!(ObjectVersion::decode(&at.encode()), at);
+    }
+
+    #[test]
     fn garbage_is_refused_before_any_allocation() {
         let mut b = Request::get(Op::Get, 1, Uuid::nil(), 0, 0, 0).encode();
-        b[4] = 13;
-        assert_eq!(Request::decode(&b), Err(WireError::BadOp(13)));
+        b[4] = 15;
+        assert_eq!(Request::decode(&b), Err(WireError::BadOp(15)));
         b[4] = 0;
         assert_eq!(Request::decode(&b), Err(WireError::BadOp(0)));
         b[0] = b'X';
