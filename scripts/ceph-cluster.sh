@@ -5,10 +5,15 @@
 # installs (ceph-mon, ceph-osd, ceph-mgr).
 #
 #   ceph-cluster.sh start DIR [--osds N] [--port P] [--mgr] [--osd-gib G] [--owner PID]
+#                             [--mon-at NS:IP] [--osd-at NS:IP]...
 #       prints `CEPH_CONF=DIR/ceph.conf` when the OSDs are up; with --owner,
 #       the daemons are killed when process PID ends, however it ends (a
-#       test binary killed mid-run leaves no cluster behind)
-#   ceph-cluster.sh pool DIR NAME SIZE     a replicated pool of SIZE copies
+#       test binary killed mid-run leaves no cluster behind). --mon-at runs
+#       the monitor (and the manager, and the ceph CLI calls) in network
+#       namespace NS on address IP, each --osd-at one OSD (their count is
+#       the OSD count): namespace hosts (`netns`) as storage hosts.
+#   ceph-cluster.sh pool DIR NAME SIZE [PGS]  a replicated pool of SIZE copies
+#       and PGS placement groups (8)
 #   ceph-cluster.sh stop DIR               kills every daemon it started
 #
 # The settings below are the ones that mattered (issue 48):
@@ -31,7 +36,13 @@ cmd=${1:-}; dir=${2:-}
 [[ -n "$cmd" && -n "$dir" ]] || die "usage: $0 start|pool|stop DIR [...]"
 shift 2
 
-ceph_() { timeout 30 ceph -c "$dir/ceph.conf" "$@"; }
+# The namespace the monitor runs in (`--mon-at`), kept for later commands.
+mon_ns() { cat "$dir/mon.netns" 2>/dev/null || true; }
+in_ns() {
+  local ns=$1; shift
+  if [[ -n "$ns" ]]; then ip netns exec "$ns" "$@"; else "$@"; fi
+}
+ceph_() { in_ns "$(mon_ns)" timeout 30 ceph -c "$dir/ceph.conf" "$@"; }
 
 stop() {
   # Only the daemons this directory's pid files name: other clusters on
@@ -52,19 +63,23 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-# start_daemon NAME CMD...: runs a daemon in the foreground of a background
+# start_daemon NAME NS CMD...: runs a daemon (in network namespace NS, if
+# not empty) in the foreground of a background
 # job (`-f`), so its pid is known without the daemon's own pid file.
 start_daemon() {
-  local name=$1; shift
-  setsid "$@" -f >>"$dir/log/$name.out" 2>&1 < /dev/null &
+  local name=$1 ns=$2; shift 2
+  setsid bash -c 'ns=$1; shift; if [[ -n "$ns" ]]; then exec ip netns exec "$ns" "$@"; else exec "$@"; fi' _ "$ns" "$@" -f \
+    >>"$dir/log/$name.out" 2>&1 < /dev/null &
   echo $! > "$dir/run/$name.pid"
 }
 
 start() {
-  local osds=1 port="" mgr=0 osd_gib=100 owner=""
+  local osds=1 port="" mgr=0 osd_gib=100 owner="" mon_at="" osd_at=()
   while (($#)); do
     case "$1" in
       --osds) osds=$2; shift 2 ;;
+      --mon-at) mon_at=$2; shift 2 ;;
+      --osd-at) osd_at+=("$2"); shift 2 ;;
       --port) port=$2; shift 2 ;;
       --mgr) mgr=1; shift ;;
       --osd-gib) osd_gib=$2; shift 2 ;;
@@ -80,15 +95,21 @@ start() {
   local t0=$SECONDS
   mkdir -p "$dir"/{run,log,mon,osd}
   dir=$(cd "$dir" && pwd)
+  local mon_ip=127.0.0.1 ns=""
+  if [[ -n "$mon_at" ]]; then
+    ns=${mon_at%%:*} mon_ip=${mon_at#*:}
+    echo "$ns" > "$dir/mon.netns"
+  fi
+  ((${#osd_at[@]} == 0)) || osds=${#osd_at[@]}
   local fsid; fsid=$(cat /proc/sys/kernel/random/uuid)
   cat > "$dir/ceph.conf" <<EOF
 [global]
 fsid = $fsid
-mon host = v2:127.0.0.1:$port
+mon host = v2:$mon_ip:$port
 mon initial members = a
 ms bind msgr1 = false
 ms bind ipv6 = false
-public addr = 127.0.0.1
+public addr = $mon_ip
 auth cluster required = cephx
 auth service required = cephx
 auth client required = cephx
@@ -136,13 +157,13 @@ EOF
   ceph-authtool --create-keyring "$dir/client.admin.keyring" --gen-key -n client.admin \
     --cap mon 'allow *' --cap osd 'allow *' --cap mgr 'allow *' >/dev/null
   ceph-authtool "$dir/mon.a.keyring" --import-keyring "$dir/client.admin.keyring" >/dev/null
-  monmaptool --create --addv a "[v2:127.0.0.1:$port]" --fsid "$fsid" "$dir/monmap" >/dev/null
+  monmaptool --create --addv a "[v2:$mon_ip:$port]" --fsid "$fsid" "$dir/monmap" >/dev/null
   ceph-mon -c "$dir/ceph.conf" --mkfs -i a --monmap "$dir/monmap" --keyring "$dir/mon.a.keyring"
-  start_daemon mon.a ceph-mon -c "$dir/ceph.conf" -i a
+  start_daemon mon.a "$ns" ceph-mon -c "$dir/ceph.conf" -i a
   if ((mgr)); then
     mkdir -p "$dir/mgr/x"
     ceph_ auth get-or-create mgr.x mon 'allow profile mgr' osd 'allow *' > "$dir/mgr.x.keyring"
-    start_daemon mgr.x ceph-mgr -c "$dir/ceph.conf" -i x --mgr-data "$dir/mgr/x"
+    start_daemon mgr.x "$ns" ceph-mgr -c "$dir/ceph.conf" -i x --mgr-data "$dir/mgr/x"
   fi
   for ((i = 0; i < osds; i++)); do
     local uuid id; uuid=$(cat /proc/sys/kernel/random/uuid)
@@ -153,7 +174,12 @@ EOF
       || { stop; die "mkfs of osd.$id failed: see $dir/log/osd.$id.mkfs"; }
     ceph_ auth add "osd.$id" osd 'allow *' mon 'allow profile osd' mgr 'allow profile osd' \
       -i "$dir/osd.$id.keyring" >/dev/null 2>&1
-    start_daemon "osd.$id" ceph-osd -c "$dir/ceph.conf" -i "$id"
+    local at=${osd_at[$i]:-} osd_ns="" addr=()
+    if [[ -n "$at" ]]; then
+      osd_ns=${at%%:*}
+      addr=(--public-addr "${at#*:}" --cluster-addr "${at#*:}")
+    fi
+    start_daemon "osd.$id" "$osd_ns" ceph-osd -c "$dir/ceph.conf" -i "$id" "${addr[@]}"
   done
   # Up when the OSDs say so in the map; writes are checked by `pool`.
   local deadline=$((SECONDS + 60))
@@ -173,18 +199,18 @@ EOF
 }
 
 pool() {
-  local name=${1:?pool name} size=${2:-1}
-  ceph_ osd pool create "$name" 8 8 replicated >/dev/null 2>&1
+  local name=${1:?pool name} size=${2:-1} pgs=${3:-8}
+  ceph_ osd pool create "$name" "$pgs" "$pgs" replicated >/dev/null 2>&1
   ceph_ osd pool set "$name" size "$size" --yes-i-really-mean-it >/dev/null 2>&1
   ceph_ osd pool set "$name" min_size 1 >/dev/null 2>&1
   ceph_ osd pool application enable "$name" ftbag >/dev/null 2>&1
   # Written to once, so the PGs are active before a test starts timing.
   local deadline=$((SECONDS + 60))
-  until echo probe | timeout 10 rados -c "$dir/ceph.conf" -p "$name" put .probe - 2>/dev/null; do
+  until echo probe | in_ns "$(mon_ns)" timeout 10 rados -c "$dir/ceph.conf" -p "$name" put .probe - 2>/dev/null; do
     ((SECONDS < deadline)) || die "pool $name took no write within 60 s"
     sleep 0.2
   done
-  timeout 10 rados -c "$dir/ceph.conf" -p "$name" rm .probe
+  in_ns "$(mon_ns)" timeout 10 rados -c "$dir/ceph.conf" -p "$name" rm .probe
 }
 
 case "$cmd" in

@@ -99,6 +99,9 @@ pub(crate) struct HostsPlacement {
     pub(crate) hosts: Arc<netns::Cluster>,
     pub(crate) token: String,
     pub(crate) cli_host: usize,
+    /// Slaves go to hosts 1..=`last_slave_host` (the rest hold other
+    /// services, such as storage daemons).
+    pub(crate) last_slave_host: usize,
 }
 
 /// The node's fixed ports across hosts (what a firewall would open).
@@ -121,7 +124,7 @@ impl HostsPlacement {
         }
         let hosts = Arc::new(netns::Cluster::create(spec).context("creating the namespace hosts (needs root)")?);
         let token = rand::Rng::sample_iter(rand::thread_rng(), &rand::distributions::Alphanumeric).take(24).map(char::from).collect();
-        Ok(HostsPlacement { hosts, token, cli_host: n - 1 })
+        Ok(HostsPlacement { hosts, token, cli_host: n - 1, last_slave_host: n - 1 })
     }
 
     /// The slave host (1..N-1) with the fewest of `live` (the hosts of
@@ -132,7 +135,7 @@ impl HostsPlacement {
         for h in live {
             count[h] += 1;
         }
-        (1..self.hosts.hosts()).min_by_key(|&h| (count[h], h)).unwrap_or(0)
+        (1..=self.last_slave_host.min(self.hosts.hosts() - 1)).min_by_key(|&h| (count[h], h)).unwrap_or(0)
     }
 }
 

@@ -32,10 +32,12 @@ use uuid::Uuid;
 
 use crate::report::Figure;
 
+mod hosts;
+
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// The cluster's configuration.
-    #[arg(long)]
+    /// The cluster's configuration (not with --osd-hosts).
+    #[arg(long, default_value = "/etc/ceph/ceph.conf")]
     ceph_conf: PathBuf,
     /// The pool the objects go to (left as it was found).
     #[arg(long, default_value = "ftbag")]
@@ -62,6 +64,16 @@ pub(crate) struct Args {
     /// Slaves of the multiply.
     #[arg(long, default_value_t = 2)]
     slaves: usize,
+    /// Instead of the above: the multiply of --matmul across namespace
+    /// hosts (root), blocks in the store node's files, then in a pool on
+    /// each count of OSD hosts given here (its own cluster each time,
+    /// started on those hosts; --ceph-conf is not used), slave caching
+    /// off. Hosts: the store node, --slaves slave hosts, the OSD hosts.
+    #[arg(long, value_delimiter = ',', value_name = "V,...")]
+    osd_hosts: Vec<usize>,
+    /// Each host's link rate both ways (`none`: unshaped), with --osd-hosts.
+    #[arg(long, default_value = "1gbit")]
+    rate: String,
     /// b = 512, 1 and 4 clients, 128 MiB; a multiply of n = 1024, b = 256.
     #[arg(long)]
     quick: bool,
@@ -99,6 +111,12 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<()> {
     if args.quick {
         (args.sides, args.clients, args.mib) = (vec![512], vec![1, 4], 128);
         args.matmul.get_or_insert_with(|| "1024:256".into());
+    }
+    if !args.osd_hosts.is_empty() {
+        let (n, b) = matmul_size(args.matmul.as_deref().unwrap_or("4096:512"))?;
+        let base = tempfile::Builder::new().prefix("ftbag-bench-rados-").tempdir_in(&args.dir).context("a working directory")?;
+        let spec = hosts::Spec { n, b, slaves: args.slaves, osd_hosts: &args.osd_hosts, rate: &args.rate, base: base.path() };
+        return hosts::run(&spec);
     }
     let cluster = Cluster::connect(ClusterOptions::new(&args.ceph_conf))?;
     let objects = Arc::new(VersionObjects::new(cluster.pool(&args.pool)?, format!("bench.{}.", Uuid::new_v4().simple())));
@@ -146,11 +164,15 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn matmul_size(spec: &str) -> anyhow::Result<(u64, u32)> {
+    let (n, b) = spec.split_once(':').context("--matmul takes N:B")?;
+    Ok((n.parse().context("--matmul's N")?, b.parse().context("--matmul's B")?))
+}
+
 /// The same multiply with blocks in the node's files and in the pool.
 fn matmul_on_both(args: &Args, spec: &str) -> anyhow::Result<()> {
     use crate::cluster::{Cluster as Nodes, ClusterConfig};
-    let (n, b) = spec.split_once(':').context("--matmul takes N:B")?;
-    let (n, b): (u64, u32) = (n.parse().context("--matmul's N")?, b.parse().context("--matmul's B")?);
+    let (n, b) = matmul_size(spec)?;
     let conf = args.ceph_conf.to_string_lossy().into_owned();
     let mut gflops = Vec::new();
     for backend in ["local", "rados"] {
