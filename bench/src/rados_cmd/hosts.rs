@@ -167,6 +167,16 @@ pub(super) fn run(spec: &Spec) -> anyhow::Result<()> {
         ("links", link_json(&local.links, local.seconds)),
     ]);
     Figure { name: "rados_hosts.local.gflops", value: local.gflops, unit: "GFLOP/s", target: None, extra }.print();
+    // For comparison: the same blocks in files, with the slaves' block
+    // caches and peer transfer on (not available with a pool).
+    let cached = {
+        let mut placement = HostsPlacement::create(1 + spec.slaves, spec.rate)?;
+        placement.cli_host = spec.slaves;
+        multiply(spec, &placement, Vec::new(), Vec::new())?
+    };
+    let mut extra = common(0);
+    extra.extend([("seconds", json!(cached.seconds)), ("links", link_json(&cached.links, cached.seconds))]);
+    Figure { name: "rados_hosts.local_cached.gflops", value: cached.gflops, unit: "GFLOP/s", target: None, extra }.print();
     for &v in spec.osd_hosts {
         eprintln!("across hosts: blocks in a pool on {v} OSD host(s), slaves reading it themselves");
         let mut placement = HostsPlacement::create(1 + spec.slaves + v, spec.rate)?;
