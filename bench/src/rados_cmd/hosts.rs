@@ -7,13 +7,12 @@
 //! goes to storage. Hosts: 0 the store node (and the Ceph monitor),
 //! 1..=S the slaves (the CLI on S), then the OSD hosts.
 //!
-//! The model's figure for each point is the bag of tasks' bound
-//! (`model::dataparallel::bag_lower_bound`: the source's store-bandwidth
-//! term, `003…` §5.2, with v storage hosts' links as the store's link,
-//! §5.4, against the slaves' compute rate, measured here as in-core dgemm
-//! on as many threads as slaves and cores). Reads bound it: a task reads
-//! 2p blocks and writes one, so v links at B bytes/s carry at most
-//! v·B·b/8 flop/s.
+//! The model's figure for each point is the source's store-bandwidth
+//! bound (`003…` §5.2, §5.4) with v storage hosts: a task reads its 2p
+//! input blocks and writes one, so at link rate B per storage host the
+//! multiply runs at most at v·B·2b³p / (2p·8b²) = v·B·b/8 flop/s, reads
+//! being the bound direction; capped by the slaves' compute rate, which
+//! the run measures as the job's kernel time.
 
 use std::path::Path;
 use std::process::Command;
@@ -120,18 +119,10 @@ fn link_json(links: &[netns::LinkBytes], secs: f64) -> serde_json::Value {
         .collect::<Vec<_>>())
 }
 
-/// The model's rate with v storage links at `rate_bps` bits/s each.
-fn model_gflops(spec: &Spec, v: usize, rate_bps: f64, compute_gflops: f64) -> anyhow::Result<f64> {
-    let machine = model::dataparallel::Machine {
-        rank_rate: compute_gflops * 1e9,
-        machine_rate: compute_gflops * 1e9,
-        store_link: v as f64 * rate_bps / 8.0,
-        latency: 0.0,
-        g: 0.0,
-        l: 0.0,
-    };
-    let seconds = model::dataparallel::bag_lower_bound(spec.n, u64::from(spec.b), &machine)?;
-    Ok(2.0 * (spec.n as f64).powi(3) / seconds / 1e9)
+/// The model's bound: v storage links at `rate_bps` bits/s, reads the
+/// bound direction.
+fn model_gflops(v: usize, rate_bps: f64, b: u32) -> f64 {
+    v as f64 * rate_bps / 8.0 * f64::from(b) / 8.0 / 1e9
 }
 
 pub(super) fn run(spec: &Spec) -> anyhow::Result<()> {
@@ -140,9 +131,6 @@ pub(super) fn run(spec: &Spec) -> anyhow::Result<()> {
     } else {
         spec.rate.parse::<netns::Rate>().with_context(|| format!("--rate {}", spec.rate))?.as_bits_per_sec() as f64
     };
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let (compute, _) = crate::ooc_cmd::incore_with_cpu(crate::ooc_cmd::App::Matmul, 2048, spec.slaves.min(cores), 1)?;
-    crate::ooc_cmd::set_blas_threads(1);
     let common = |v: usize| {
         vec![
             ("n", json!(spec.n)),
@@ -158,11 +146,10 @@ pub(super) fn run(spec: &Spec) -> anyhow::Result<()> {
         placement.cli_host = spec.slaves;
         multiply(spec, &placement, Vec::new(), vec!["--cache-mib".into(), "0".into()])?
     };
-    let model_local = model_gflops(spec, 1, rate_bps, compute)?;
+    let model_local = model_gflops(1, rate_bps, spec.b);
     let mut extra = common(0);
     extra.extend([
         ("model_gflops", json!(model_local)),
-        ("compute_gflops", json!(compute)),
         ("seconds", json!(local.seconds)),
         ("links", link_json(&local.links, local.seconds)),
     ]);
@@ -188,7 +175,7 @@ pub(super) fn run(spec: &Spec) -> anyhow::Result<()> {
         let slave = ["--ceph-conf", &conf, "--cache-mib", "0"].map(String::from).to_vec();
         let p = multiply(spec, &placement, serve, slave)?;
         drop(ceph);
-        let model = model_gflops(spec, v, rate_bps, compute)?;
+        let model = model_gflops(v, rate_bps, spec.b);
         let mut extra = common(v);
         extra.extend([
             ("model_gflops", json!(model)),

@@ -565,7 +565,11 @@ impl DataPlane {
     /// values one after the other. Stops at the first that fails.
     pub(crate) async fn get_many(&self, action: u64, matrix: Uuid, blocks: &[(u32, u32)], for_update: bool) -> Result<Vec<BlockData>> {
         if let Some(objects) = self.objects.get() {
-            return self.object_get_many(objects, action, matrix, blocks, for_update).await;
+            let mut got = Vec::with_capacity(blocks.len());
+            for &(i, j) in blocks {
+                got.push(self.object_get(objects, action, matrix, i, j, for_update).await?);
+            }
+            return Ok(got);
         }
         let local = matches!(self.target, Target::Unix(_));
         let op = if local { Op::GetLocalMany } else { Op::GetMany };

@@ -28,29 +28,6 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
-/// Reads a version's object on the blocking pool; started when called.
-fn read_object(
-    objects: &Arc<dyn BlockObjects>,
-    at: ObjectVersion,
-    action: u64,
-    (matrix, i, j): (Uuid, u32, u32),
-) -> impl std::future::Future<Output = Result<BlockData>> {
-    let objects = objects.clone();
-    let read = tokio::task::spawn_blocking(move || {
-        read_block(&*objects, at.version, Some((at.rows, at.cols)), &|| format!("block ({i}, {j}) of {matrix}"))
-    });
-    async move {
-        match read.await.map_err(|e| StoreError::Storage { what: format!("reading block ({i}, {j}) of {matrix}: {e}") })? {
-            // Under a lock the version cannot have been replaced: its
-            // object is gone, which is damage, not absence.
-            Err(StoreError::NotFound { what }) if action != 0 => {
-                Err(StoreError::Corrupt { what: format!("version object missing: {what}") })
-            }
-            other => other,
-        }
-    }
-}
-
 impl DataPlane {
     pub(super) async fn object_get(
         &self,
@@ -61,51 +38,27 @@ impl DataPlane {
         j: u32,
         for_update: bool,
     ) -> Result<BlockData> {
+        let req = Request { op: Op::ObjectGet, action, matrix, i, j, rows: 0, cols: for_update as u32, checksum: 0, flags: 0 };
         let mut attempt = 0;
         loop {
-            let at = self.object_version(action, matrix, i, j, for_update).await?;
-            match read_object(objects, at, action, (matrix, i, j)).await {
+            let mut s = self.checkout().await?;
+            let answer = self.object_version_on(&mut s, &req).await?;
+            self.give_back(s);
+            let at = answer?;
+            let objects = objects.clone();
+            let read = tokio::task::spawn_blocking(move || {
+                read_block(&*objects, at.version, Some((at.rows, at.cols)), &|| format!("block ({i}, {j}) of {matrix}"))
+            })
+            .await
+            .map_err(|e| StoreError::Storage { what: format!("reading block ({i}, {j}) of {matrix}: {e}") })?;
+            match read {
                 Err(StoreError::NotFound { .. }) if action == 0 && attempt < UNLOCKED_RETRIES => attempt += 1,
+                // Under a lock the version cannot have been replaced: its
+                // object is gone, which is damage, not absence.
+                Err(StoreError::NotFound { what }) => return Err(StoreError::Corrupt { what: format!("version object missing: {what}") }),
                 other => return other,
             }
         }
-    }
-
-    /// Blocks of one matrix: their versions asked for one after the other
-    /// (each lock taken in order, as the node's gets of many do), then
-    /// every object read at once, so that the OSDs holding them all send.
-    pub(super) async fn object_get_many(
-        &self,
-        objects: &Arc<dyn BlockObjects>,
-        action: u64,
-        matrix: Uuid,
-        blocks: &[(u32, u32)],
-        for_update: bool,
-    ) -> Result<Vec<BlockData>> {
-        let mut ats = Vec::with_capacity(blocks.len());
-        for &(i, j) in blocks {
-            ats.push(self.object_version(action, matrix, i, j, for_update).await?);
-        }
-        let reads: Vec<_> = ats.iter().zip(blocks).map(|(&at, &(i, j))| read_object(objects, at, action, (matrix, i, j))).collect();
-        let mut got = Vec::with_capacity(blocks.len());
-        for (read, &(i, j)) in reads.into_iter().zip(blocks) {
-            match read.await {
-                // Replaced meanwhile (no lock): that block again, alone.
-                Err(StoreError::NotFound { .. }) if action == 0 => {
-                    got.push(self.object_get(objects, action, matrix, i, j, for_update).await?)
-                }
-                other => got.push(other?),
-            }
-        }
-        Ok(got)
-    }
-
-    async fn object_version(&self, action: u64, matrix: Uuid, i: u32, j: u32, for_update: bool) -> Result<ObjectVersion> {
-        let req = Request { op: Op::ObjectGet, action, matrix, i, j, rows: 0, cols: for_update as u32, checksum: 0, flags: 0 };
-        let mut s = self.checkout().await?;
-        let answer = self.object_version_on(&mut s, &req).await?;
-        self.give_back(s);
-        answer
     }
 
     /// `Err`: out of step; `Ok`: the node's answer.
