@@ -86,6 +86,15 @@ struct Ours {
     verified: Option<bool>,
 }
 
+impl Ours {
+    /// The share of the slaves' time in the job spent in kernels: what
+    /// the cap costs in waits, whatever else on the host slows kernels
+    /// down between the runs (the wall-clock ratio moves with it).
+    fn kernel_share(&self, slaves: usize) -> f64 {
+        self.job.times.kernels / (self.job.seconds * slaves as f64).max(1e-9)
+    }
+}
+
 /// A Dask run and its cgroup's peak; or why it failed (under a cap Dask
 /// may be killed for memory, which is a result, not a bench failure).
 type DaskOutcome = Result<(DaskRun, u64, u64), String>;
@@ -106,7 +115,7 @@ pub(super) fn run(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<(
     let capped = ours(args, &job, Some(cap), base)?;
     let (dask_capped, dask_uncapped) =
         if args.no_dask { (None, None) } else { (Some(dask(args, &job, Some(cap), base)?), Some(dask(args, &job, None, base)?)) };
-    table(&job, cap, &uncapped, &capped, dask_uncapped.as_ref(), dask_capped.as_ref());
+    table(&job, args.slaves, cap, &uncapped, &capped, dask_uncapped.as_ref(), dask_capped.as_ref());
     push_figures(figs, args, &job, cap, &uncapped, &capped, dask_uncapped.as_ref(), dask_capped.as_ref());
     Ok(())
 }
@@ -244,7 +253,16 @@ fn dask(args: &Args, job: &Job, limit: Option<u64>, base: &Path) -> anyhow::Resu
 const GIB: f64 = (1u64 << 30) as f64;
 
 /// The runs side by side on stderr.
-fn table(job: &Job, cap: u64, uncapped: &Ours, capped: &Ours, dask_uncapped: Option<&DaskOutcome>, dask_capped: Option<&DaskOutcome>) {
+#[allow(clippy::too_many_arguments)]
+fn table(
+    job: &Job,
+    slaves: usize,
+    cap: u64,
+    uncapped: &Ours,
+    capped: &Ours,
+    dask_uncapped: Option<&DaskOutcome>,
+    dask_capped: Option<&DaskOutcome>,
+) {
     eprintln!();
     eprintln!("{} under a {:.2} GiB cap ({:.2} GiB of matrices):", job.label, cap as f64 / GIB, job.matrix_bytes / GIB);
     eprintln!("  {:<15} {:>9} {:>9} {:>14} {:>14} {:>14}", "run", "GFLOP/s", "seconds", "cgroup peak", "disk read", "block waits");
@@ -272,6 +290,12 @@ fn table(job: &Job, cap: u64, uncapped: &Ours, capped: &Ours, dask_uncapped: Opt
         }
     }
     eprintln!("  capped / uncapped: {:.3} (target 0.92)", capped.job.gflops() / uncapped.job.gflops());
+    eprintln!(
+        "  slaves' time in kernels: {:.3} uncapped, {:.3} capped, ratio {:.3} (unmoved by the host's speed)",
+        uncapped.kernel_share(slaves),
+        capped.kernel_share(slaves),
+        capped.kernel_share(slaves) / uncapped.kernel_share(slaves)
+    );
     if let Some(Ok((d, _, _))) = dask_capped {
         eprintln!("  ours / Dask, both capped: {:.3} (target 1.4)", capped.job.gflops() / d.gflops);
     }
@@ -296,6 +320,7 @@ fn ours_extra(o: &Ours, args: &Args, cap: Option<u64>) -> super::Extra {
         ("device_read_bytes", json!(o.device_read)),
         ("device_busy", json!(o.device_busy.map(round3))),
         ("block_wait_s", json!(round3(o.job.times.block_wait))),
+        ("kernel_share", json!(round3(o.kernel_share(args.slaves)))),
         ("kernels_s", json!(round3(o.job.times.kernels))),
         ("core_wait_s", json!(round3(o.job.times.core_wait))),
         ("store_peak_rss_bytes", json!(o.store_rss)),
@@ -350,6 +375,10 @@ fn push_figures(
     };
     let nb = vec![("n", json!(args.n)), ("block", json!(args.block))];
     figs.push((format!("memcap_{l}_capped_vs_uncapped"), round3(gc / gu), "ratio", Some(0.92), both(nb.clone())));
+    let (ku, kc) = (uncapped.kernel_share(args.slaves), capped.kernel_share(args.slaves));
+    let mut e = both(nb.clone());
+    e.extend([("capped_kernel_share", json!(round3(kc))), ("uncapped_kernel_share", json!(round3(ku)))]);
+    figs.push((format!("memcap_{l}_capped_vs_uncapped_kernel_share"), round3(kc / ku), "ratio", None, e));
     if let Some(Ok((d, _, _))) = dask_capped {
         let mut e = both(nb.clone());
         e.push(("dask_capped_gflops", json!(round3(d.gflops))));
