@@ -13,9 +13,19 @@ Run by `bench ooc` inside the virtual environment it creates.
 import argparse
 import json
 import os
+import resource
 import shutil
 import sys
 import time
+
+
+def proc_io():
+    """This process's /proc/self/io counters (all its threads); {} where absent."""
+    try:
+        with open("/proc/self/io") as f:
+            return {k: int(v) for k, v in (line.split(":") for line in f if ":" in line)}
+    except OSError:
+        return {}
 
 
 def main():
@@ -54,6 +64,7 @@ def main():
             a.to_zarr(path("A"), overwrite=True)
     gen_s = time.perf_counter() - t_gen
 
+    io0 = proc_io()
     t0 = time.perf_counter()
     with dask.config.set(scheduler="threads", num_workers=args.threads):
         a = da.from_zarr(path("A"))
@@ -73,11 +84,17 @@ def main():
             da.store([pm, lm, um], targets, lock=False)
             flops = 2.0 * n**3 / 3.0
     secs = time.perf_counter() - t0
+    io1 = proc_io()
     shutil.rmtree(args.dir, ignore_errors=True)
     print("RESULT " + json.dumps({
         "op": args.op, "n": n, "block": b, "threads": args.threads,
         "seconds": secs, "gflops": flops / secs / 1e9, "generate_seconds": gen_s,
         "dask": dask.__version__,
+        # Storage bytes of the timed part (page-cache hits excluded): under
+        # a memory cap, what shows the run was out of core.
+        "read_bytes": io1.get("read_bytes", 0) - io0.get("read_bytes", 0),
+        "write_bytes": io1.get("write_bytes", 0) - io0.get("write_bytes", 0),
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }))
     sys.stdout.flush()
 

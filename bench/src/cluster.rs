@@ -65,6 +65,9 @@ pub(crate) struct ClusterConfig {
     pub(crate) slave_args: Vec<String>,
     /// Where the processes run.
     pub(crate) placement: Placement,
+    /// A memory cgroup the store node and every slave join as they start
+    /// (`bench ooc --mem-cap`); on one host only.
+    pub(crate) cgroup: Option<crate::cgroup::Joiner>,
 }
 
 impl Default for ClusterConfig {
@@ -76,6 +79,7 @@ impl Default for ClusterConfig {
             serve_args: Vec::new(),
             slave_args: Vec::new(),
             placement: Placement::Local,
+            cgroup: None,
         }
     }
 }
@@ -400,7 +404,11 @@ impl Cluster {
             Placement::Local => None,
             Placement::Hosts(h) => Some(h.next_slave_host(self.slaves.iter().filter_map(|s| s.host))),
         };
-        let child = process(&self.config.placement, host, &self.bin.join("slave"))
+        let mut cmd = process(&self.config.placement, host, &self.bin.join("slave"));
+        if let Some(g) = &self.config.cgroup {
+            g.join_on_spawn(&mut cmd);
+        }
+        let child = cmd
             .args(["--store", &self.addr, "--name", &name])
             .args(&self.config.slave_args)
             .env("OPENBLAS_NUM_THREADS", "1")
@@ -698,6 +706,9 @@ fn start_store(bin: &Path, dir: &Path, config: &ClusterConfig) -> anyhow::Result
         }
     }
     cmd.args(&config.serve_args).stderr(log);
+    if let Some(g) = &config.cgroup {
+        g.join_on_spawn(&mut cmd);
+    }
     spawn_node(cmd, &dir.join("store.log"))
 }
 

@@ -4,6 +4,7 @@
 
 mod blocks_cmd;
 mod bsp_cmd;
+mod cgroup;
 mod cluster;
 mod corun;
 mod link_rate;

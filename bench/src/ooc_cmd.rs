@@ -24,6 +24,7 @@ use crate::report::Figure;
 mod dask_hosts;
 mod gang_hosts;
 mod hosts;
+mod memcap;
 mod scalapack_hosts;
 
 /// Sets the BLAS threads of this process.
@@ -125,6 +126,15 @@ pub(crate) struct Args {
     /// installed if missing).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "bag,bsp", requires = "hosts")]
     engine: Vec<Engine>,
+    /// Beyond memory: the job capped and uncapped and Dask under the same
+    /// cap and without, side by side: a memory cgroup (needs root) of SIZE
+    /// (e.g. 2G) around the store node and slaves, page cache included,
+    /// and one of the same size around Dask. Runs one job per app
+    /// (cholesky: the first --variant, default dag; lu: partial pivoting's
+    /// dag, or `--pivot tournament`), no in-core reference. Without root
+    /// or a memory controller it prints `skipped: …` and fails.
+    #[arg(long, value_name = "SIZE", value_parser = crate::cgroup::parse_size, conflicts_with = "hosts")]
+    mem_cap: Option<u64>,
 }
 
 /// `bench ooc --engine`.
@@ -141,7 +151,11 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<()> {
     let (n, b) = if args.hosts.is_some() { (4096, 512) } else { (16384, 2048) };
     args.n = args.n_arg.unwrap_or(n);
     args.block = args.block_arg.unwrap_or(b);
-    if args.quick {
+    if args.quick && args.mem_cap.is_some() {
+        // Data several times the cap the test gives, in seconds.
+        args.n = 4096;
+        args.block = 512;
+    } else if args.quick {
         args.n = 2048;
         args.block = 512;
         args.ref_n = 2048;
@@ -159,6 +173,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<()> {
     let mut figs: Figs = Vec::new();
     match args.app {
         _ if args.hosts.is_some() => hosts::run(&args, &base, &mut figs)?,
+        _ if args.mem_cap.is_some() => memcap::run(&args, &base, &mut figs)?,
         App::Matmul => matmul(&args, &base, &mut figs)?,
         App::Cholesky => cholesky(&args, &base, &mut figs)?,
         App::Lu => lu(&args, &base, &mut figs)?,
@@ -448,6 +463,31 @@ fn dask_script() -> anyhow::Result<PathBuf> {
 
 /// Runs the Dask side; returns its GFLOP/s and seconds.
 pub(crate) fn dask(op: App, n: u64, b: u32, threads: usize, base: &Path) -> anyhow::Result<(f64, f64)> {
+    let r = dask_in(op, n, b, threads, base, None)?;
+    Ok((r.gflops, r.seconds))
+}
+
+/// What one Dask run measured.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DaskRun {
+    pub(crate) gflops: f64,
+    pub(crate) seconds: f64,
+    /// Storage bytes its timed part read (page-cache hits excluded).
+    pub(crate) read_bytes: u64,
+    pub(crate) write_bytes: u64,
+    pub(crate) peak_rss: u64,
+}
+
+/// Runs the Dask side, in `cgroup` if given (the script's process joins
+/// it at spawn, so its zarr files' page cache counts there too).
+pub(crate) fn dask_in(
+    op: App,
+    n: u64,
+    b: u32,
+    threads: usize,
+    base: &Path,
+    cgroup: Option<&crate::cgroup::Joiner>,
+) -> anyhow::Result<DaskRun> {
     let py = dask_python()?;
     let dir = tempfile::Builder::new().prefix("dask-").tempdir_in(base)?;
     let opname = match op {
@@ -456,22 +496,31 @@ pub(crate) fn dask(op: App, n: u64, b: u32, threads: usize, base: &Path) -> anyh
         App::Lu => "lu",
     };
     eprintln!("Dask: {opname} n = {n}, chunks {b}, {threads} threads, zarr in {}", dir.path().display());
-    let out = Command::new(py)
-        .arg(dask_script()?)
+    let mut cmd = Command::new(py);
+    cmd.arg(dask_script()?)
         .args(["--op", opname, "--n", &n.to_string(), "--block", &b.to_string(), "--threads", &threads.to_string()])
         .arg("--dir")
-        .arg(dir.path().join("arrays"))
-        .output()
-        .context("running the Dask script")?;
+        .arg(dir.path().join("arrays"));
+    if let Some(g) = cgroup {
+        g.join_on_spawn(&mut cmd);
+    }
+    let out = cmd.output().context("running the Dask script")?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let Some(line) = stdout.lines().find_map(|l| l.strip_prefix("RESULT ")) else {
-        bail!("the Dask script failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        bail!("the Dask script failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
     };
     let v: Value = serde_json::from_str(line)?;
     let gf = v["gflops"].as_f64().context("no gflops")?;
     let s = v["seconds"].as_f64().context("no seconds")?;
+    let count = |k: &str| v[k].as_u64().unwrap_or(0);
     eprintln!("  {gf:.2} GFLOP/s ({s:.1} s)");
-    Ok((gf, s))
+    Ok(DaskRun {
+        gflops: gf,
+        seconds: s,
+        read_bytes: count("read_bytes"),
+        write_bytes: count("write_bytes"),
+        peak_rss: count("peak_rss_bytes"),
+    })
 }
 
 // ---------------------------------------------------------------- jobs
