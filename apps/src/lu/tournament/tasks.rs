@@ -180,7 +180,6 @@ fn below_reads(lu: &MatrixMeta, col: &Column<'_>, k: u32, extra: impl Fn(u32) ->
 /// `moved`, [`PanelRows::displaced`]), then `op(i, X)`; writes the result
 /// to the output, but the last, which it returns (a task's releases go
 /// before its last writes). Returns the flops of `op`.
-#[allow(clippy::too_many_arguments)]
 fn below(
     ctx: &mut dyn TaskCtx,
     lu: &MatrixMeta,
