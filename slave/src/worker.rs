@@ -379,7 +379,7 @@ impl Slave {
     async fn run_one(&mut self, job: &JobRecord, bag_index: usize, action: Action, task: Task, start: Duration) -> Result<(), StoreError> {
         let started = Instant::now();
         let bytes_before = self.read_bytes();
-        tracing::debug!(action = action.id(), seq = task.seq, bag = %task.bag, "task starts");
+        tracing::debug!(action = action.id(), seq = task.seq, bag = %task.bag, task = %String::from_utf8_lossy(&task.payload), "task starts");
         // The done record, read for update now, beside the task's work: the
         // ending then waits for one round trip fewer. Only this task writes
         // the key, and an abort releases its lock.

@@ -21,8 +21,10 @@
 //! - `Update{k,j}` for `j > k`: the chosen rows of column `j` gathered into
 //!   its diagonal block, `U(k,j) = L(k,k)⁻¹·X(k,j)`, then for each block
 //!   below, its displaced rows put in place and `X(i,j) −= L(i,k)·U(k,j)`.
-//!   The diagonal block is read again for each block that receives rows
-//!   (it is overwritten with `U(k,j)` last), instead of being held.
+//!   The displaced rows (those of the old diagonal block not chosen, at
+//!   most `b`) are taken once, as the gather reads the diagonal block, and
+//!   held: reading the diagonal block again for every block that receives
+//!   some was about a quarter of an update's reads.
 //! - then, in a second bag, `LeftSwap{m}`: each later panel's interchanges
 //!   applied to the `L` blocks of column `m`, panel by panel, holding the
 //!   diagonal block, its replacement and one other block.
@@ -30,7 +32,8 @@
 //! Dependencies: a node of panel `k + 1` that reads a block itself waits
 //! for `Update{k,k+1}`, and every node for its children that are tasks; `Update{k,j}` for the root of `k` and
 //! `Update{k−1,j}`. So the tree of panel `k + 1` runs beside the rest of
-//! step `k`'s updates. The first step reads A itself (no copy bag).
+//! step `k`'s updates, and its elements are ranked ahead of them
+//! ([`rank`]) so that it does. The first step reads A itself (no copy bag).
 
 use super::{counter_key, dag_bag, decode_pivots, pivots_key, LuTask};
 use crate::block::MatrixMeta;
@@ -55,6 +58,26 @@ fn all_tasks(p: u32) -> Vec<LuTask> {
             tree.chain((k + 1..p).map(move |j| LuTask::Update { k, j }))
         })
         .collect()
+}
+
+/// A task's rank in the dag's bag ([`queue::ranked`], lowest first): by the
+/// column whose panel it brings nearer, so the critical path (panel `k`'s
+/// tree and root, `Update{k,k+1}`, panel `k + 1`'s tree) goes ahead of the
+/// trailing updates released before it; FIFO let the next tree wait behind
+/// every update of the step. Within a column, a tree's higher levels (nearer
+/// its root) first, then updates by step.
+fn rank(t: LuTask) -> u32 {
+    let (column, within) = match t {
+        LuTask::Pick { k, level, .. } => (k, 64u32.saturating_sub(level)),
+        LuTask::Update { k, j } => (j, 128 + k.min(127)),
+        _ => (0, 0),
+    };
+    column.saturating_mul(256).saturating_add(within)
+}
+
+/// The bag element of dag task `t`.
+fn element(t: LuTask) -> Vec<u8> {
+    queue::ranked(rank(t), &job::encode_task(&t))
 }
 
 /// Whether tree task `node` of a panel of `m` blocks reads a block itself
@@ -104,7 +127,7 @@ fn successors(p: u32, t: LuTask) -> Vec<LuTask> {
 pub(super) fn plan(job: uuid::Uuid, p: u32) -> Plan {
     let all = all_tasks(p);
     let mut plan = Plan::default();
-    let ready = all.iter().filter(|t| n_deps(p, **t) == 0).map(job::encode_task).collect();
+    let ready = all.iter().filter(|t| n_deps(p, **t) == 0).map(|t| element(*t)).collect();
     plan.bags.push(PlannedBag { name: dag_bag(job), tasks: ready });
     let left: Vec<LuTask> = (0..p.saturating_sub(1)).map(|m| LuTask::LeftSwap { m }).collect();
     if !left.is_empty() {
@@ -133,7 +156,7 @@ pub(super) fn run(job: uuid::Uuid, a: &MatrixMeta, lu: &MatrixMeta, t: LuTask, c
         _ => return Err(bad()),
     };
     let releases: Vec<job::Release> =
-        successors(p, t).iter().map(|s| job::Release { key: counter_key(job, *s), bag: dag_bag(job), task: job::encode_task(s) }).collect();
+        successors(p, t).iter().map(|s| job::Release { key: counter_key(job, *s), bag: dag_bag(job), task: element(*s) }).collect();
     // Released before the last block is written, as every dag task does
     // (a release sent after a put waits for it).
     job::release_dependencies(ctx, &releases)?;

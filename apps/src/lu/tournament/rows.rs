@@ -74,18 +74,47 @@ impl PanelRows {
         t
     }
 
-    /// Within block row `t` (side `b`): `(row in the block, row of the
-    /// diagonal block)` for each row of the diagonal block that lands there.
+    /// Within block row `t` (side `b`): `(row of the diagonal block, row in
+    /// the block)` for each row of the diagonal block that lands there (the
+    /// pairs [`copy_rows`] takes).
     pub(crate) fn landing_in(&self, t: u32, b: u64) -> Vec<(usize, usize)> {
         let first = u64::from(t) * b;
-        self.moved_down.range(first..first + b).map(|(&q, &row)| ((q - first) as usize, (row - self.r0) as usize)).collect()
+        self.moved_down.range(first..first + b).map(|(&q, &row)| ((row - self.r0) as usize, (q - first) as usize)).collect()
     }
 }
 
-/// Copies row `from` of `src` into row `to` of `dst` (same columns).
-pub(crate) fn copy_row(src: &Block, from: usize, dst: &mut Block, to: usize) {
+impl PanelRows {
+    /// The rows of diagonal block `d` (of any block column) that the
+    /// interchanges send below it, in the order of their destinations: at
+    /// most `w` rows, so a task may hold them beside its blocks instead of
+    /// reading `d` again for every block that receives some.
+    pub(crate) fn displaced(&self, d: &Block) -> Block {
+        let mut out = Block::zeros(self.moved_down.len(), d.cols);
+        let pairs: Vec<(usize, usize)> = self.moved_down.values().enumerate().map(|(r, &row)| ((row - self.r0) as usize, r)).collect();
+        copy_rows(d, &pairs, &mut out);
+        out
+    }
+
+    /// Within block row `t` (side `b`): `(row of [`PanelRows::displaced`],
+    /// row in the block)` for each displaced row that lands there.
+    pub(crate) fn landing_displaced(&self, t: u32, b: u64) -> Vec<(usize, usize)> {
+        let first = u64::from(t) * b;
+        let before = self.moved_down.range(..first).count();
+        self.moved_down.range(first..first + b).enumerate().map(|(e, (&q, _))| (before + e, (q - first) as usize)).collect()
+    }
+}
+
+/// Copies row `from` of `src` into row `to` of `dst` for each `(from, to)`
+/// (same columns). Column by column: a row of a column-major block is one
+/// element a column, a page apart at large `b`, so walking rows cost a TLB
+/// miss an element; a column's picks stay within its few pages.
+pub(crate) fn copy_rows(src: &Block, pairs: &[(usize, usize)], dst: &mut Block) {
     for c in 0..dst.cols {
-        dst.data[to + c * dst.rows] = src.data[from + c * src.rows];
+        let s = &src.data[c * src.rows..(c + 1) * src.rows];
+        let d = &mut dst.data[c * dst.rows..(c + 1) * dst.rows];
+        for &(from, to) in pairs {
+            d[to] = s[from];
+        }
     }
 }
 
@@ -95,14 +124,12 @@ pub(crate) fn copy_row(src: &Block, from: usize, dst: &mut Block, to: usize) {
 pub(crate) fn gather<E>(rows: &[u64], cols: usize, b: u64, mut read: impl FnMut(u32) -> Result<Block, E>) -> Result<Block, E> {
     let mut by_block: BTreeMap<u32, Vec<(usize, usize)>> = BTreeMap::new();
     for (s, &g) in rows.iter().enumerate() {
-        by_block.entry((g / b) as u32).or_default().push((s, (g % b) as usize));
+        by_block.entry((g / b) as u32).or_default().push(((g % b) as usize, s));
     }
     let mut out = Block::zeros(rows.len(), cols);
     for (t, picks) in by_block {
         let blk = read(t)?;
-        for (s, r) in picks {
-            copy_row(&blk, r, &mut out, s);
-        }
+        copy_rows(&blk, &picks, &mut out);
     }
     Ok(out)
 }
@@ -168,7 +195,28 @@ mod tests {
         landed.extend(rows.landing_in(3, 4));
         landed.sort_unstable();
         assert_eq!(landed.len(), 2);
-        assert_eq!(landed.iter().map(|l| l.1).collect::<std::collections::BTreeSet<_>>(), [2usize, 3].into());
+        assert_eq!(landed.iter().map(|l| l.0).collect::<std::collections::BTreeSet<_>>(), [2usize, 3].into());
+    }
+
+    #[test]
+    fn displaced_rows_land_where_landing_in_says() {
+        let (b, r0) = (4u64, 4u64);
+        let rows = PanelRows::from_ipiv(r0, &PanelRows::ipiv_of(r0, &[13, 5, 9, 4]));
+        let mut d = Block::zeros(4, 2);
+        for r in 0..4 {
+            d.set(r, 0, (r0 + r as u64) as f64);
+            d.set(r, 1, -(r as f64));
+        }
+        let moved = rows.displaced(&d);
+        assert_eq!(moved.rows, rows.moved_down.len());
+        for t in 0..4u32 {
+            let mut want = rows.landing_in(t, b);
+            let mut got: Vec<(usize, usize)> =
+                rows.landing_displaced(t, b).into_iter().map(|(r, q)| (moved.get(r, 0) as usize - r0 as usize, q)).collect();
+            want.sort_unstable();
+            got.sort_unstable();
+            assert_eq!(got, want, "block row {t}");
+        }
     }
 
     #[test]

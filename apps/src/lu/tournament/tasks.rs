@@ -2,7 +2,7 @@
 //! blocks are read one at a time, and a block a task will overwrite is read
 //! again when needed rather than held.
 
-use super::rows::{copy_row, gather, gather_blocks, winners, PanelRows};
+use super::rows::{copy_rows, gather, gather_blocks, winners, PanelRows};
 use super::{candidates_key, panel_rows, tree};
 use crate::block::{Block, BlockId, MatrixMeta};
 use crate::ctx::TaskCtx;
@@ -147,15 +147,16 @@ fn root(
         stacked
     } else {
         let mut d = Block::zeros(w, w);
-        for r in 0..w {
-            copy_row(&stacked, r, &mut d, r);
-        }
+        copy_rows(&stacked, &(0..w).map(|r| (r, r)).collect::<Vec<_>>(), &mut d);
         // Two blocks' worth, not held through the solves below.
         drop(stacked);
         d
     };
-    ctx.prefetch(&below_reads(lu, col, &rows, k, |_| None))?;
-    let (flops, mut last) = below(ctx, lu, col, &rows, k, |_, _, x| {
+    let mut ids: Vec<BlockId> = col.streamed(k).into_iter().collect();
+    ids.extend(below_reads(lu, col, k, |_| None));
+    ctx.prefetch(&ids)?;
+    let moved = rows.displaced(&col.read(ctx, k)?);
+    let (flops, mut last) = below(ctx, lu, col, &rows, &moved, k, |_, _, x| {
         kernels::trsm_right_upper(&diag, x);
         Ok((x.rows * x.cols * x.cols) as f64)
     })?;
@@ -165,22 +166,18 @@ fn root(
 
 /// The plain reads [`below`] makes, in order, with `extra(i)` after each
 /// block's own.
-fn below_reads(lu: &MatrixMeta, col: &Column<'_>, rows: &PanelRows, k: u32, extra: impl Fn(u32) -> Option<BlockId>) -> Vec<BlockId> {
-    let b = u64::from(lu.block);
+fn below_reads(lu: &MatrixMeta, col: &Column<'_>, k: u32, extra: impl Fn(u32) -> Option<BlockId>) -> Vec<BlockId> {
     let mut ids = Vec::new();
     for i in k + 1..lu.block_rows() {
         ids.extend(col.streamed(i));
-        if !rows.landing_in(i, b).is_empty() {
-            ids.extend(col.streamed(k));
-        }
         ids.extend(extra(i));
     }
     ids
 }
 
 /// For each block row `i` below `k`: block `(i, j)` with the rows of the
-/// diagonal block that the interchanges send there put in place (the old
-/// diagonal block read again for them), then `op(i, X)`; writes the result
+/// diagonal block that the interchanges send there put in place (from
+/// `moved`, [`PanelRows::displaced`]), then `op(i, X)`; writes the result
 /// to the output, but the last, which it returns (a task's releases go
 /// before its last writes). Returns the flops of `op`.
 fn below(
@@ -188,6 +185,7 @@ fn below(
     lu: &MatrixMeta,
     col: &Column<'_>,
     rows: &PanelRows,
+    moved: &Block,
     k: u32,
     mut op: impl FnMut(&mut dyn TaskCtx, u32, &mut Block) -> Result<f64, TaskError>,
 ) -> Result<(f64, LastWrites), TaskError> {
@@ -200,13 +198,7 @@ fn below(
             ctx.write_block_owned(id, prev)?;
         }
         let mut x = col.read(ctx, i)?;
-        let landing = rows.landing_in(i, b);
-        if !landing.is_empty() {
-            let d = col.read(ctx, k)?;
-            for (q, s) in landing {
-                copy_row(&d, s, &mut x, q);
-            }
-        }
+        copy_rows(moved, &rows.landing_displaced(i, b), &mut x);
         flops += op(ctx, i, &mut x)?;
         last.push((lu.block_id(i, col.j), x));
     }
@@ -229,16 +221,34 @@ pub(super) fn update(
     let col = Column::at_step(a, lu, k, j, true);
     let b = u64::from(lu.block);
     let cols = lu.block_shape(k, j).1;
-    let mut ids: Vec<BlockId> = gather_blocks(&rows.chosen, b).into_iter().filter_map(|t| col.streamed(t)).collect();
+    let sources = gather_blocks(&rows.chosen, b);
+    // The old diagonal block's displaced rows are taken as the gather
+    // reads it, or read after it when it holds no chosen row.
+    let diag_gathered = sources.contains(&k);
+    let mut ids: Vec<BlockId> = sources.into_iter().filter_map(|t| col.streamed(t)).collect();
+    if !diag_gathered {
+        ids.extend(col.streamed(k));
+    }
     ids.push(lu.block_id(k, k));
-    ids.extend(below_reads(lu, &col, &rows, k, |i| Some(lu.block_id(i, k))));
+    ids.extend(below_reads(lu, &col, k, |i| Some(lu.block_id(i, k))));
     ctx.prefetch(&ids)?;
-    let mut u = gather(&rows.chosen, cols, b, |t| col.read(ctx, t))?;
+    let mut moved = None;
+    let mut u = gather(&rows.chosen, cols, b, |t| {
+        let blk = col.read(ctx, t)?;
+        if t == k {
+            moved = Some(rows.displaced(&blk));
+        }
+        Ok::<Block, TaskError>(blk)
+    })?;
+    let moved = match moved {
+        Some(m) => m,
+        None => rows.displaced(&col.read(ctx, k)?),
+    };
     let d = job::read_checked(ctx, lu, k, k)?;
     kernels::trsm_left_lower_unit(&d, &mut u);
     drop(d);
     let flops = (u.rows * u.rows * u.cols) as f64;
-    let (f, mut last) = below(ctx, lu, &col, &rows, k, |ctx, i, x| {
+    let (f, mut last) = below(ctx, lu, &col, &rows, &moved, k, |ctx, i, x| {
         let l = job::read_checked(ctx, lu, i, k)?;
         kernels::gemm(-1.0, &l, false, &u, false, 1.0, x);
         Ok(2.0 * (x.rows * x.cols * l.cols) as f64)
@@ -267,15 +277,11 @@ pub(super) fn left_swap(job: uuid::Uuid, lu: &MatrixMeta, m: u32, ctx: &mut dyn 
             let first = lu.row_offset(t);
             let x = if t == k { None } else { Some(job::read_for_update(ctx, lu, t, m)?) };
             let src = x.as_ref().unwrap_or(&d);
-            for (r, &g) in rows.chosen.iter().enumerate() {
-                if g / b == u64::from(t) {
-                    copy_row(src, (g - first) as usize, &mut diag, r);
-                }
-            }
+            let picks: Vec<(usize, usize)> =
+                rows.chosen.iter().enumerate().filter(|(_, &g)| g / b == u64::from(t)).map(|(r, &g)| ((g - first) as usize, r)).collect();
+            copy_rows(src, &picks, &mut diag);
             if let Some(mut x) = x {
-                for (q, s) in rows.landing_in(t, b) {
-                    copy_row(&d, s, &mut x, q);
-                }
+                copy_rows(&d, &rows.landing_in(t, b), &mut x);
                 ctx.write_block_owned(lu.block_id(t, m), x)?;
             }
         }
