@@ -22,14 +22,6 @@
 //! bags.abort(ActionId(2), false);
 //! assert!(matches!(bags.dequeue(ActionId(3), "work"), Dequeue::Task(_)));
 //! ```
-//!
-//! An element may carry a rank ([`ranked`]): free elements are handed out
-//! lowest rank first, then by position, so a dag can put its critical path
-//! ahead of work that was released earlier. An element without one ranks
-//! [`UNRANKED`], after every ranked element; a bag of such elements is
-//! FIFO as before. An aborted element goes back to its old position within
-//! its rank. The rank travels in the payload (the store persists payloads
-//! as they are), and dequeues hand out the payload without it.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -105,33 +97,8 @@ pub fn dead_letter_bag(bag: &str) -> String {
     format!("{bag}.dead")
 }
 
-/// The rank of an element enqueued without one.
-pub const UNRANKED: u32 = u32::MAX;
-
-/// Opens a ranked payload: no payload of the apps (JSON) or of tests
-/// starts with a NUL byte.
-const RANK_TAG: [u8; 4] = *b"\0rk:";
-
-/// `payload` as an element of rank `rank` (lower ranks are dequeued first).
-pub fn ranked(rank: u32, payload: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(RANK_TAG.len() + 4 + payload.len());
-    v.extend_from_slice(&RANK_TAG);
-    v.extend_from_slice(&rank.to_be_bytes());
-    v.extend_from_slice(payload);
-    v
-}
-
-/// An element's rank and its payload without the rank.
-pub fn split_rank(stored: &[u8]) -> (u32, &[u8]) {
-    match stored.strip_prefix(&RANK_TAG[..]) {
-        Some(rest) if rest.len() >= 4 => (u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]), &rest[4..]),
-        _ => (UNRANKED, stored),
-    }
-}
-
 #[derive(Clone, Debug)]
 struct Entry {
-    /// As enqueued and persisted: with its rank, if it has one.
     payload: Vec<u8>,
     attempts: u32,
     returns: u32,
@@ -139,9 +106,9 @@ struct Entry {
 
 #[derive(Debug, Default)]
 struct Bag {
-    /// Free elements by rank and position: the first is the next to hand
-    /// out, so a dequeue costs O(log n) whatever the queue length.
-    free: BTreeMap<(u32, u64), Entry>,
+    /// Free elements by position: the first is the next to hand out, so a
+    /// dequeue costs O(log n) whatever the queue length.
+    free: BTreeMap<u64, Entry>,
     taken: HashMap<u64, (ActionId, Entry)>,
     /// Elements of commits whose batch is being written: the store may
     /// already show what those commits wrote (a job record, say) while the
@@ -150,22 +117,7 @@ struct Bag {
     next_seq: u64,
 }
 
-impl Entry {
-    fn key(&self, seq: u64) -> (u32, u64) {
-        (split_rank(&self.payload).0, seq)
-    }
-
-    /// The payload handed out: without its rank.
-    fn handed_out(&self) -> Vec<u8> {
-        split_rank(&self.payload).1.to_vec()
-    }
-}
-
 impl Bag {
-    fn put_free(&mut self, seq: u64, entry: Entry) {
-        self.free.insert(entry.key(seq), entry);
-    }
-
     fn is_empty(&self) -> bool {
         self.free.is_empty() && self.taken.is_empty() && self.incoming == 0
     }
@@ -209,22 +161,21 @@ impl Bags {
     pub fn load(&mut self, bag: &str, seq: u64, payload: Vec<u8>, attempts: u32) {
         let b = self.bags.entry(bag.to_owned()).or_default();
         b.next_seq = b.next_seq.max(seq + 1);
-        b.put_free(seq, Entry { payload, attempts, returns: 0 });
+        b.free.insert(seq, Entry { payload, attempts, returns: 0 });
     }
 
     pub fn dequeue(&mut self, action: ActionId, bag: &str) -> Dequeue {
         let Some(b) = self.bags.get_mut(bag) else { return Dequeue::Empty };
-        let Some(((_, seq), entry)) = b.free.pop_first() else {
+        let Some((seq, entry)) = b.free.pop_first() else {
             return if b.is_empty() { Dequeue::Empty } else { Dequeue::NoneAvailable };
         };
-        let out = Dequeued { bag: bag.to_owned(), seq, payload: entry.handed_out(), attempts: entry.attempts, returns: entry.returns };
+        let out = Dequeued { bag: bag.to_owned(), seq, payload: entry.payload.clone(), attempts: entry.attempts, returns: entry.returns };
         b.taken.insert(seq, (action, entry));
         self.held.entry(action).or_default().push((bag.to_owned(), seq));
         Dequeue::Task(out)
     }
 
-    /// Enqueues at the tail (of its rank, [`ranked`]); visible when the
-    /// top-level action commits.
+    /// Enqueues at the tail; visible when the top-level action commits.
     pub fn enqueue(&mut self, action: ActionId, bag: &str, payload: Vec<u8>) {
         self.pending.entry(action).or_default().push((bag.to_owned(), payload));
     }
@@ -276,19 +227,19 @@ impl Bags {
                         Dequeued {
                             bag: dead.clone(),
                             seq: dseq,
-                            payload: entry.handed_out(),
+                            payload: entry.payload.clone(),
                             attempts: entry.attempts,
                             returns: entry.returns,
                         },
                     ));
-                    d.put_free(dseq, entry);
+                    d.free.insert(dseq, entry);
                     out.touched.push(bag);
                     out.touched.push(dead);
                     continue;
                 }
                 out.mutations.push(Mutation::Put { bag: bag.clone(), seq, payload: entry.payload.clone(), attempts: entry.attempts });
             }
-            self.bags.get_mut(&bag).expect("exists").put_free(seq, entry);
+            self.bags.get_mut(&bag).expect("exists").free.insert(seq, entry);
             out.touched.push(bag);
         }
         out.touched.sort();
@@ -331,7 +282,7 @@ impl Bags {
             let b = self.bags.get_mut(&bag).expect("exists");
             let (_, entry) = b.taken.remove(&seq).expect("taken by the committing action");
             if !durable {
-                b.put_free(seq, entry);
+                b.free.insert(seq, entry);
             }
             touched.push(bag);
         }
@@ -339,7 +290,7 @@ impl Bags {
             let b = self.bags.get_mut(&bag).expect("reserved");
             b.incoming -= 1;
             if durable {
-                b.put_free(seq, Entry { payload, attempts: 0, returns: 0 });
+                b.free.insert(seq, Entry { payload, attempts: 0, returns: 0 });
             }
             touched.push(bag);
         }
@@ -369,12 +320,17 @@ impl Bags {
         v
     }
 
-    /// Payloads of a bag's elements by position (free and taken).
+    /// Payloads of a bag's elements in queue order (free and taken).
     pub fn peek_all(&self, bag: &str) -> Vec<Dequeued> {
         let Some(b) = self.bags.get(bag) else { return Vec::new() };
-        let record =
-            |seq: u64, e: &Entry| Dequeued { bag: bag.to_owned(), seq, payload: e.handed_out(), attempts: e.attempts, returns: e.returns };
-        let mut v: Vec<_> = b.free.iter().map(|((_, s), e)| record(*s, e)).collect();
+        let record = |seq: u64, e: &Entry| Dequeued {
+            bag: bag.to_owned(),
+            seq,
+            payload: e.payload.clone(),
+            attempts: e.attempts,
+            returns: e.returns,
+        };
+        let mut v: Vec<_> = b.free.iter().map(|(s, e)| record(*s, e)).collect();
         v.extend(b.taken.iter().map(|(s, (_, e))| record(*s, e)));
         v.sort_by_key(|d| d.seq);
         v

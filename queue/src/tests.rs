@@ -185,38 +185,3 @@ fn a_listing_shows_attempts_and_returns_of_every_element() {
     assert_eq!(listed, vec![(0, 1, 1), (1, 0, 0), (2, 0, 0)]);
     assert!(bags.peek_all("missing").is_empty());
 }
-
-#[test]
-fn lower_ranks_go_first_and_an_abort_keeps_the_rank() {
-    let mut bags = Bags::new(3);
-    bags.enqueue(ActionId(1), "b", b"plain".to_vec());
-    bags.enqueue(ActionId(1), "b", ranked(5, b"r5"));
-    bags.enqueue(ActionId(1), "b", ranked(2, b"r2"));
-    bags.enqueue(ActionId(1), "b", ranked(5, b"r5 later"));
-    let muts = bags.prepare_commit(ActionId(1));
-    bags.finish_commit(ActionId(1), true);
-    // Persisted with the rank, handed out without it.
-    assert!(muts.contains(&Mutation::Put { bag: "b".into(), seq: 2, payload: ranked(2, b"r2"), attempts: 0 }));
-    assert_eq!(take(&mut bags, 10, "b").payload, b"r2");
-    let t = take(&mut bags, 11, "b");
-    assert_eq!(t.payload, b"r5");
-    bags.abort(ActionId(11), true);
-    assert_eq!(take(&mut bags, 12, "b").payload, b"r5", "back first within its rank");
-    assert_eq!(take(&mut bags, 13, "b").payload, b"r5 later");
-    assert_eq!(take(&mut bags, 14, "b").payload, b"plain", "unranked after every ranked element");
-    assert_eq!(
-        bags.peek_all("b").iter().map(|d| d.payload.clone()).collect::<Vec<_>>(),
-        vec![b"plain".to_vec(), b"r5".to_vec(), b"r2".to_vec(), b"r5 later".to_vec()]
-    );
-}
-
-#[test]
-fn a_loaded_element_keeps_its_rank() {
-    let mut bags = Bags::new(3);
-    bags.load("b", 0, b"plain".to_vec(), 0);
-    bags.load("b", 1, ranked(0, b"first"), 1);
-    let t = take(&mut bags, 1, "b");
-    assert_eq!((t.seq, t.payload.as_slice(), t.attempts), (1, &b"first"[..], 1));
-    assert_eq!(split_rank(&ranked(7, b"x")), (7, &b"x"[..]));
-    assert_eq!(split_rank(b"{\"k\":1}"), (UNRANKED, &b"{\"k\":1}"[..]));
-}

@@ -32,8 +32,7 @@
 //! Dependencies: a node of panel `k + 1` that reads a block itself waits
 //! for `Update{k,k+1}`, and every node for its children that are tasks; `Update{k,j}` for the root of `k` and
 //! `Update{k−1,j}`. So the tree of panel `k + 1` runs beside the rest of
-//! step `k`'s updates, and its elements are ranked ahead of them
-//! ([`rank`]) so that it does. The first step reads A itself (no copy bag).
+//! step `k`'s updates. The first step reads A itself (no copy bag).
 
 use super::{counter_key, dag_bag, decode_pivots, pivots_key, LuTask};
 use crate::block::MatrixMeta;
@@ -60,24 +59,9 @@ fn all_tasks(p: u32) -> Vec<LuTask> {
         .collect()
 }
 
-/// A task's rank in the dag's bag ([`queue::ranked`], lowest first): by the
-/// column whose panel it brings nearer, so the critical path (panel `k`'s
-/// tree and root, `Update{k,k+1}`, panel `k + 1`'s tree) goes ahead of the
-/// trailing updates released before it; FIFO let the next tree wait behind
-/// every update of the step. Within a column, a tree's higher levels (nearer
-/// its root) first, then updates by step.
-fn rank(t: LuTask) -> u32 {
-    let (column, within) = match t {
-        LuTask::Pick { k, level, .. } => (k, 64u32.saturating_sub(level)),
-        LuTask::Update { k, j } => (j, 128 + k.min(127)),
-        _ => (0, 0),
-    };
-    column.saturating_mul(256).saturating_add(within)
-}
-
 /// The bag element of dag task `t`.
 fn element(t: LuTask) -> Vec<u8> {
-    queue::ranked(rank(t), &job::encode_task(&t))
+    job::encode_task(&t)
 }
 
 /// Whether tree task `node` of a panel of `m` blocks reads a block itself

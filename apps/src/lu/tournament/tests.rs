@@ -168,7 +168,7 @@ fn random_input_is_interchanged_and_the_tree_meets_every_block() {
     let perm = permutation(&mut store.clone(), spec.job(), lu).unwrap();
     assert_ne!(perm, (0..219).collect::<Vec<_>>());
     // A panel of m > 1 blocks: m − 1 nodes (the root among them); the last, one.
-    let picks = report.tasks.iter().filter(|t| std::str::from_utf8(queue::split_rank(&t.task).1).unwrap().contains("\"pick\"")).count();
+    let picks = report.tasks.iter().filter(|t| std::str::from_utf8(&t.task).unwrap().contains("\"pick\"")).count();
     assert_eq!(picks, (2..=7).map(|m| m - 1).sum::<usize>() + 1);
 }
 
@@ -199,30 +199,11 @@ fn counters_match_the_producers() {
         crate::lu::tests::check_counters(p, &all, successors, |t| n_deps(p, t));
         let n = u64::from(p) * 8;
         let pl = plan(&spec(&MatrixMeta::new("A", n, n, 8), &MatrixMeta::new("LU", n, n, 8))).unwrap();
-        // Ranked elements ([`rank`]): the store hands them out without the rank.
-        let ready: Vec<LuTask> = pl.bags[0].tasks.iter().map(|t| serde_json::from_slice(queue::split_rank(t).1).unwrap()).collect();
+        let ready: Vec<LuTask> = pl.bags[0].tasks.iter().map(|t| serde_json::from_slice(t).unwrap()).collect();
         // The first panel's nodes that meet two blocks (or its one block) read A and wait for nothing.
         assert_eq!(ready.len(), if p == 1 { 1 } else { p as usize / 2 }, "p={p}");
         assert!(ready.iter().all(|t| matches!(t, LuTask::Pick { k: 0, level, .. } if *level == u32::from(p > 1))), "p={p}: {ready:?}");
         assert_eq!(pl.initial_small.len(), all.len() - ready.len());
-    }
-}
-
-#[test]
-fn the_critical_path_ranks_ahead_of_the_trailing_updates() {
-    let p = 8;
-    for k in 0..p - 2 {
-        let m = p - k - 1;
-        let next_tree: Vec<u32> = tree::tasks(m).into_iter().map(|(level, idx)| rank(LuTask::Pick { k: k + 1, level, idx })).collect();
-        let later_updates: Vec<u32> = (k + 2..p).map(|j| rank(LuTask::Update { k, j })).collect();
-        // Panel k + 1's tree, released by Update{k, k+1} after the root of k
-        // released the step's other updates, still goes ahead of them.
-        assert!(next_tree.iter().all(|t| later_updates.iter().all(|u| t < u)), "k={k}");
-        assert!(rank(LuTask::Update { k, j: k + 1 }) < later_updates[0]);
-        // Nearer the root first within a tree.
-        let root = (tree::height(m), 0);
-        assert!(tree::tasks(m).iter().all(|&(level, idx)| (level, idx) == root
-            || rank(LuTask::Pick { k: k + 1, level: root.0, idx: 0 }) < rank(LuTask::Pick { k: k + 1, level, idx })));
     }
 }
 
