@@ -622,11 +622,6 @@ async fn send_local(
     fdpass::send_with_fds(unix, &reply, &fds).await
 }
 
-/// Answers a get of many over the socket itself: each block's stored form
-/// (header, then payload read from its file), one after the other. The
-/// payloads' checksums are the reader's to check: a damaged block reaches
-/// it as sent, in step, and fails there as `Corrupt`. A file that cannot be
-/// read midway leaves the connection out of step: it is dropped.
 /// Blocks read whole through the node, one after the other (a node whose
 /// versions are objects, for a client that does not reach the pool).
 async fn get_stored(
@@ -652,6 +647,11 @@ async fn send_stored(s: &mut Stream, values: &[bytes::Bytes]) -> std::io::Result
     Ok(())
 }
 
+/// Answers a get of many over the socket itself: each block's stored form
+/// (header, then payload read from its file), one after the other. The
+/// payloads' checksums are the reader's to check: a damaged block reaches
+/// it as sent, in step, and fails there as `Corrupt`. A file that cannot be
+/// read midway leaves the connection out of step: it is dropped.
 async fn send_values(s: &mut Stream, files: &[Opened]) -> std::io::Result<()> {
     let len: u64 = files.iter().map(|(h, _)| (HEADER_LEN + h.payload_len()) as u64).sum();
     s.write_all(&Reply { ok: true, len }.encode()).await?;
