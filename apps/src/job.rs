@@ -367,6 +367,10 @@ pub struct PlannedBag {
     pub name: String,
     /// Task descriptors (small JSON), in dequeue order.
     pub tasks: Vec<Vec<u8>>,
+    /// Per task, the blocks it reads, so that a slave whose cache holds
+    /// them is handed it first; empty where the bag's order must hold
+    /// (a Cholesky column order, a dag's ready tasks) or nothing is read.
+    pub inputs: Vec<Vec<BlockId>>,
 }
 
 /// The bags of a job, run one after the other with a barrier between (a bag

@@ -274,6 +274,8 @@ pub(crate) struct JobResult {
     pub(crate) task_seconds: f64,
     /// Where the tasks' time went (kernels, waits), from their records.
     pub(crate) times: TaskTimes,
+    /// Block bytes the tasks read, by where they came from.
+    pub(crate) reads: record::ReadSources,
     pub(crate) failure: Option<String>,
 }
 
@@ -784,6 +786,7 @@ async fn wait_job(client: &Client, id: Uuid, timeout: Duration) -> anyhow::Resul
         duplicates: done.iter().filter(|d| d.count != 1).count(),
         task_seconds: done.iter().map(|d| d.compute_ms as f64 / 1e3).sum(),
         times: TaskTimes::of(&done),
+        reads: record::ReadSources::of(&done),
         failure,
     })
 }

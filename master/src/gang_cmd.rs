@@ -74,7 +74,7 @@ pub(crate) fn rank_bag(spec: &JobSpec, gang: &GangSpec) -> anyhow::Result<Planne
         bail!("--engine bsp runs matmul only");
     }
     let tasks = (0..gang.ranks).map(|rank| serde_json::to_vec(&RankTask { rank }).expect("plain struct")).collect();
-    Ok(PlannedBag { name: format!("{}/ranks", spec.job()), tasks })
+    Ok(PlannedBag { name: format!("{}/ranks", spec.job()), tasks, inputs: Vec::new() })
 }
 
 /// What the store says about a gang job now.

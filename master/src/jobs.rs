@@ -16,6 +16,13 @@ use crate::out::{errln, outln};
 use crate::source::{meta, with_source};
 use crate::store_args::StoreArgs;
 
+/// `master submit matmul --order`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub(crate) enum MatmulOrder {
+    Nearest,
+    Rows,
+}
+
 #[derive(clap::Subcommand)]
 pub(crate) enum Submit {
     /// C = A·B, one task per block of C.
@@ -31,6 +38,12 @@ pub(crate) enum Submit {
         /// while a running job reads or writes it).
         #[arg(long)]
         force: bool,
+        /// Which task a slave takes next. nearest: the one whose blocks of
+        /// A and B its cache holds most of (slaves on other hosts than the
+        /// store, which cache; others take the bag in order). rows: block
+        /// rows of C in order, whatever the slaves hold.
+        #[arg(long, value_enum, default_value_t = MatmulOrder::Nearest)]
+        order: MatmulOrder,
         #[command(flatten)]
         gang: crate::gang_cmd::GangArgs,
         #[command(flatten)]
@@ -118,7 +131,12 @@ pub(crate) async fn submit(cmd: Submit) -> anyhow::Result<()> {
         }
     };
     let id = match cmd {
-        Submit::Matmul { a, b, out, force, gang, .. } => match gang.spec()? {
+        Submit::Matmul { a, b, out, force, gang, order, .. } => match gang.spec()? {
+            None if order == MatmulOrder::Rows => {
+                let (a, b) = (meta(&client.matrix_by_name(&a).await?), meta(&client.matrix_by_name(&b).await?));
+                let c = create_output(&client, &out, force, &AppRequest::Matmul { a: &a, b: &b }).await?;
+                submit_planned(&client, JobSpec::Matmul { job: Uuid::new_v4(), a, b, c }, None, Locality::Ignored).await?
+            }
             None => submit_matmul(&client, &a, &b, &out, force).await?,
             Some(gang) => {
                 let a = meta(&client.matrix_by_name(&a).await?);
@@ -202,6 +220,18 @@ pub(crate) async fn submit_spec(client: &Client, spec: JobSpec) -> anyhow::Resul
 
 /// [`submit_spec`], as a gang job of one bag of rank tasks with `gang`.
 pub(crate) async fn submit_spec_with(client: &Client, spec: JobSpec, gang: Option<record::gang::GangSpec>) -> anyhow::Result<Uuid> {
+    submit_planned(client, spec, gang, Locality::Given).await
+}
+
+/// Whether a job's tasks tell the queue what they read (`master submit
+/// matmul --order`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Locality {
+    Given,
+    Ignored,
+}
+
+async fn submit_planned(client: &Client, spec: JobSpec, gang: Option<record::gang::GangSpec>, locality: Locality) -> anyhow::Result<Uuid> {
     let outputs: Vec<Uuid> = match &spec {
         JobSpec::Matmul { c, .. } => vec![c.id.0],
         JobSpec::Cholesky { l, .. } => vec![l.id.0],
@@ -236,8 +266,10 @@ pub(crate) async fn submit_spec_with(client: &Client, spec: JobSpec, gang: Optio
             a.write_small(k, v).await?;
         }
         for bag in &plan.bags {
-            for t in &bag.tasks {
-                a.enqueue(&bag.name, t).await?;
+            for (k, t) in bag.tasks.iter().enumerate() {
+                let given = bag.inputs.get(k).filter(|_| locality == Locality::Given);
+                let inputs: Vec<_> = given.map_or(&[][..], Vec::as_slice).iter().map(|b| (b.matrix.0, b.i, b.j)).collect();
+                a.enqueue_near(&bag.name, t, &inputs).await?;
             }
         }
         a.write_small(&record::job_key(spec.job()), &serde_json::to_vec(&record)?).await?;

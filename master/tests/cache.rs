@@ -139,6 +139,65 @@ fn a_cached_block_overwritten_by_another_commit_is_never_served_stale() {
     });
 }
 
+/// Locality-aware dequeue: a slave whose cache holds a multiply task's
+/// inputs is handed that task first; a client without a cache takes the
+/// bag in order.
+#[test]
+fn a_dequeue_hands_a_slave_the_tasks_whose_inputs_its_cache_holds() {
+    let env = start();
+    let s = env.s().to_owned();
+    create_kind(&s, "A", 128, 128, 64, "random", 1);
+    create_kind(&s, "B", 128, 128, 64, "random", 2);
+    let job = env.submit(&["matmul", "A", "B", "--out", "C"]);
+    let bag = format!("{job}/matmul");
+    env.rt.block_on(async {
+        let options = ConnectOptions { local: false, ..ConnectOptions::default() };
+        let near = Client::connect_with(&s, &options).await.unwrap();
+        let cache = std::sync::Arc::new(BlockCache::new(64 << 20, true, Duration::from_secs(1), None));
+        assert!(near.attach_block_cache(cache.clone()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let _serving = cache.serve_peers(listener, addr, Default::default());
+        let (a, b) = (near.matrix_by_name("A").await.unwrap().id, near.matrix_by_name("B").await.unwrap().id);
+        let session = near.open_session("near").await.unwrap();
+        let read = |blocks: Vec<(Uuid, u32, u32)>| {
+            let session = &session;
+            async move {
+                let act = session.begin().await.unwrap();
+                for (m, i, j) in blocks {
+                    act.get_block(m, i, j).await.unwrap();
+                }
+                act.commit().await.unwrap();
+            }
+        };
+        // The cache holds A's second block row: a task of C's second row.
+        read(vec![(a, 1, 0), (a, 1, 1)]).await;
+        let act = session.begin().await.unwrap();
+        assert_eq!(matmul_task(&act, &bag).await, (1, 0), "half the inputs held, the earliest such task");
+        // Now also B's second block column: the task that reads only held blocks.
+        read(vec![(b, 0, 1), (b, 1, 1)]).await;
+        assert_eq!(matmul_task(&act, &bag).await, (1, 1), "every input held");
+        // Without a cache, the bag's order.
+        let plain = Client::connect_with(&s, &options).await.unwrap();
+        let other = plain.open_session("plain").await.unwrap().begin().await.unwrap();
+        assert_eq!(matmul_task(&other, &bag).await, (0, 0));
+        // Lost work first: a task back from an aborted action at the head of
+        // the bag goes before the ones the near slave holds.
+        act.abort().await.unwrap();
+        other.abort().await.unwrap();
+        let again = session.begin().await.unwrap();
+        assert_eq!(matmul_task(&again, &bag).await, (0, 0), "the returned head first");
+        assert_eq!(matmul_task(&again, &bag).await, (1, 1), "then by locality again");
+    });
+}
+
+/// Dequeues a multiply task: its block of C.
+async fn matmul_task(act: &store_client::Action, bag: &str) -> (u32, u32) {
+    let store_client::Dequeue::Task(t) = act.dequeue(bag, Duration::ZERO).await.unwrap() else { panic!("a task") };
+    let v: serde_json::Value = serde_json::from_slice(&t.payload).unwrap();
+    (v["i"].as_u64().unwrap() as u32, v["j"].as_u64().unwrap() as u32)
+}
+
 /// A slave that read every input of one job (`--job`) and stays up as a
 /// peer, then a second job run by another slave alone.
 struct PeerRun {

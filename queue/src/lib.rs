@@ -92,6 +92,11 @@ pub struct BagStats {
     pub taken: usize,
 }
 
+/// How many free elements from a bag's head [`Bags::dequeue_nearest`]
+/// looks at: enough to find a task whose inputs a slave holds among a few
+/// block rows of a multiply, few enough that a dequeue stays cheap.
+pub const LOCALITY_WINDOW: usize = 64;
+
 /// The dead-letter bag of a bag.
 pub fn dead_letter_bag(bag: &str) -> String {
     format!("{bag}.dead")
@@ -102,6 +107,16 @@ struct Entry {
     payload: Vec<u8>,
     attempts: u32,
     returns: u32,
+    /// What [`Bags::dequeue_nearest`] scores: the inputs the task reads,
+    /// packed by the caller. In memory only: after a restart the bag hands
+    /// its elements out in order, which is always allowed.
+    locality: Box<[u8]>,
+}
+
+impl Entry {
+    fn new(payload: Vec<u8>, attempts: u32) -> Self {
+        Entry { payload, attempts, returns: 0, locality: Box::default() }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -126,7 +141,14 @@ impl Bag {
 #[derive(Debug, Default)]
 struct Commit {
     deletes: Vec<(String, u64)>,
-    puts: Vec<(String, u64, Vec<u8>)>,
+    puts: Vec<(String, u64, Entry)>,
+}
+
+/// An enqueue waiting for its action's commit.
+#[derive(Debug)]
+struct Pending {
+    bag: String,
+    entry: Entry,
 }
 
 /// All bags of a store node, and which action holds what.
@@ -134,7 +156,7 @@ struct Commit {
 pub struct Bags {
     bags: HashMap<String, Bag>,
     held: HashMap<ActionId, Vec<(String, u64)>>,
-    pending: HashMap<ActionId, Vec<(String, Vec<u8>)>>,
+    pending: HashMap<ActionId, Vec<Pending>>,
     committing: HashMap<ActionId, Commit>,
     attempt_limit: u32,
 }
@@ -161,7 +183,7 @@ impl Bags {
     pub fn load(&mut self, bag: &str, seq: u64, payload: Vec<u8>, attempts: u32) {
         let b = self.bags.entry(bag.to_owned()).or_default();
         b.next_seq = b.next_seq.max(seq + 1);
-        b.free.insert(seq, Entry { payload, attempts, returns: 0 });
+        b.free.insert(seq, Entry::new(payload, attempts));
     }
 
     pub fn dequeue(&mut self, action: ActionId, bag: &str) -> Dequeue {
@@ -169,6 +191,43 @@ impl Bags {
         let Some((seq, entry)) = b.free.pop_first() else {
             return if b.is_empty() { Dequeue::Empty } else { Dequeue::NoneAvailable };
         };
+        self.hand_out(action, bag, seq, entry)
+    }
+
+    /// Dequeues the element whose inputs the caller holds most of, by
+    /// `score` of each element's locality (see [`Bags::enqueue_near`]),
+    /// among the first [`LOCALITY_WINDOW`] free elements; the earliest wins
+    /// a tie. The bag's order still rules where it matters: an element
+    /// enqueued without locality is never passed over (the scan stops at
+    /// it), nor is a first element that came back from an aborted action
+    /// (lost work is redone first), so bags whose order carries meaning
+    /// (a Cholesky column order, a barrier's last task) dequeue as
+    /// [`Bags::dequeue`] does.
+    pub fn dequeue_nearest(&mut self, action: ActionId, bag: &str, score: &mut dyn FnMut(&[u8]) -> usize) -> Dequeue {
+        let Some(b) = self.bags.get_mut(bag) else { return Dequeue::Empty };
+        let mut best: Option<(u64, usize)> = None;
+        for (n, (&seq, e)) in b.free.iter().enumerate() {
+            let returned = n == 0 && (e.attempts > 0 || e.returns > 0);
+            if e.locality.is_empty() || returned || n == LOCALITY_WINDOW {
+                break;
+            }
+            let s = score(&e.locality);
+            if best.is_none_or(|(_, top)| s > top) {
+                best = Some((seq, s));
+            }
+        }
+        let picked = match best {
+            Some((seq, _)) => b.free.remove_entry(&seq),
+            None => b.free.pop_first(),
+        };
+        let Some((seq, entry)) = picked else {
+            return if b.is_empty() { Dequeue::Empty } else { Dequeue::NoneAvailable };
+        };
+        self.hand_out(action, bag, seq, entry)
+    }
+
+    fn hand_out(&mut self, action: ActionId, bag: &str, seq: u64, entry: Entry) -> Dequeue {
+        let b = self.bags.get_mut(bag).expect("the element's bag exists");
         let out = Dequeued { bag: bag.to_owned(), seq, payload: entry.payload.clone(), attempts: entry.attempts, returns: entry.returns };
         b.taken.insert(seq, (action, entry));
         self.held.entry(action).or_default().push((bag.to_owned(), seq));
@@ -177,7 +236,14 @@ impl Bags {
 
     /// Enqueues at the tail; visible when the top-level action commits.
     pub fn enqueue(&mut self, action: ActionId, bag: &str, payload: Vec<u8>) {
-        self.pending.entry(action).or_default().push((bag.to_owned(), payload));
+        self.enqueue_near(action, bag, payload, Vec::new());
+    }
+
+    /// Enqueues with a locality: what the task reads, in a form the
+    /// caller's [`Bags::dequeue_nearest`] scores (empty: none).
+    pub fn enqueue_near(&mut self, action: ActionId, bag: &str, payload: Vec<u8>, locality: Vec<u8>) {
+        let entry = Entry { locality: locality.into_boxed_slice(), ..Entry::new(payload, 0) };
+        self.pending.entry(action).or_default().push(Pending { bag: bag.to_owned(), entry });
     }
 
     /// A nested action committed: its parent now holds its elements and
@@ -251,18 +317,18 @@ impl Bags {
     /// elements (their positions are reserved now) to write in the batch.
     pub fn prepare_commit(&mut self, action: ActionId) -> Vec<Mutation> {
         let mut c = Commit { deletes: self.held.remove(&action).unwrap_or_default(), puts: Vec::new() };
-        for (bag, payload) in self.pending.remove(&action).unwrap_or_default() {
+        for Pending { bag, entry } in self.pending.remove(&action).unwrap_or_default() {
             let b = self.bags.entry(bag.clone()).or_default();
             let seq = b.next_seq;
             b.next_seq += 1;
             b.incoming += 1;
-            c.puts.push((bag, seq, payload));
+            c.puts.push((bag, seq, entry));
         }
         let mut out: Vec<Mutation> = c.deletes.iter().map(|(bag, seq)| Mutation::Delete { bag: bag.clone(), seq: *seq }).collect();
-        out.extend(c.puts.iter().map(|(bag, seq, payload)| Mutation::Put {
+        out.extend(c.puts.iter().map(|(bag, seq, entry)| Mutation::Put {
             bag: bag.clone(),
             seq: *seq,
-            payload: payload.clone(),
+            payload: entry.payload.clone(),
             attempts: 0,
         }));
         let mut grown: Vec<&String> = c.puts.iter().map(|(bag, _, _)| bag).collect();
@@ -286,11 +352,11 @@ impl Bags {
             }
             touched.push(bag);
         }
-        for (bag, seq, payload) in c.puts {
+        for (bag, seq, entry) in c.puts {
             let b = self.bags.get_mut(&bag).expect("reserved");
             b.incoming -= 1;
             if durable {
-                b.free.insert(seq, Entry { payload, attempts: 0, returns: 0 });
+                b.free.insert(seq, entry);
             }
             touched.push(bag);
         }

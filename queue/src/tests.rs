@@ -185,3 +185,61 @@ fn a_listing_shows_attempts_and_returns_of_every_element() {
     assert_eq!(listed, vec![(0, 1, 1), (1, 0, 0), (2, 0, 0)]);
     assert!(bags.peek_all("missing").is_empty());
 }
+
+fn committed_near(bags: &mut Bags, a: u64, bag: &str, elements: &[(&str, &[u8])]) {
+    for (payload, locality) in elements {
+        bags.enqueue_near(ActionId(a), bag, payload.as_bytes().to_vec(), locality.to_vec());
+    }
+    bags.prepare_commit(ActionId(a));
+    bags.finish_commit(ActionId(a), true);
+}
+
+fn take_nearest(bags: &mut Bags, a: u64, bag: &str, held: &[u8]) -> Dequeued {
+    // A locality here is a list of input names of one byte; the score is
+    // how many of them the caller holds.
+    let mut score = |inputs: &[u8]| inputs.iter().filter(|i| held.contains(i)).count();
+    match bags.dequeue_nearest(ActionId(a), bag, &mut score) {
+        Dequeue::Task(t) => t,
+        other => panic!("expected a task, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_nearest_element_goes_first_and_the_earliest_wins_ties() {
+    let mut bags = Bags::new(3);
+    committed_near(&mut bags, 1, "b", &[("t0", b"ab"), ("t1", b"cd"), ("t2", b"ce"), ("t3", b"cd")]);
+    assert_eq!(take_nearest(&mut bags, 10, "b", b"cd").payload, b"t1", "both inputs held");
+    assert_eq!(take_nearest(&mut bags, 11, "b", b"cd").payload, b"t3");
+    assert_eq!(take_nearest(&mut bags, 12, "b", b"c").payload, b"t2", "one held beats none");
+    assert_eq!(take_nearest(&mut bags, 13, "b", b"z").payload, b"t0", "nothing held: in order");
+    assert_eq!(bags.dequeue_nearest(ActionId(14), "b", &mut |_: &[u8]| 0), Dequeue::NoneAvailable);
+    bags.abort(ActionId(11), false);
+    assert_eq!(take_nearest(&mut bags, 15, "b", b"z").payload, b"t3", "an aborted element comes back");
+}
+
+#[test]
+fn order_is_kept_where_the_bag_gives_no_locality() {
+    let mut bags = Bags::new(3);
+    committed_near(&mut bags, 1, "b", &[("t0", b"a"), ("barrier", b""), ("t2", b"z")]);
+    assert_eq!(take_nearest(&mut bags, 10, "b", b"z").payload, b"t0", "the scan stops at an element without locality");
+    assert_eq!(take_nearest(&mut bags, 11, "b", b"z").payload, b"barrier");
+    assert_eq!(take_nearest(&mut bags, 12, "b", b"z").payload, b"t2");
+
+    // Lost work first: an orphaned element back at the head is taken
+    // whatever the caller holds.
+    committed_near(&mut bags, 2, "c", &[("t0", b"a"), ("t1", b"z")]);
+    take_nearest(&mut bags, 20, "c", b"a");
+    bags.abort(ActionId(20), true);
+    assert_eq!(take_nearest(&mut bags, 21, "c", b"z").payload, b"t0");
+}
+
+#[test]
+fn locality_looks_only_a_window_ahead() {
+    let mut bags = Bags::new(3);
+    let mut elements: Vec<(String, Vec<u8>)> = (0..LOCALITY_WINDOW).map(|k| (format!("t{k}"), b"a".to_vec())).collect();
+    elements.push(("far".into(), b"z".to_vec()));
+    let refs: Vec<(&str, &[u8])> = elements.iter().map(|(p, l)| (p.as_str(), l.as_slice())).collect();
+    committed_near(&mut bags, 1, "b", &refs);
+    assert_eq!(take_nearest(&mut bags, 10, "b", b"z").payload, b"t0", "past the window: in order");
+    assert_eq!(take_nearest(&mut bags, 11, "b", b"z").payload, b"far", "now inside it");
+}

@@ -66,11 +66,9 @@ pub(crate) async fn serve(
 ) {
     let mut stopping = stop.clone();
     let token: Arc<[u8]> = token.unwrap_or_default().into_bytes().into();
-    let holders = Arc::new(std::sync::Mutex::new(Holders::default()));
     let mut connections = JoinSet::new();
     let spawn = |connections: &mut JoinSet<()>, s: Incoming, peer: String| {
-        let (node, token, tls, transports, holders, stop) =
-            (node.clone(), token.clone(), tls.clone(), transports.clone(), holders.clone(), stop.clone());
+        let (node, token, tls, transports, stop) = (node.clone(), token.clone(), tls.clone(), transports.clone(), stop.clone());
         connections.spawn(async move {
             let served = async {
                 let s = match (s, tls) {
@@ -80,7 +78,7 @@ pub(crate) async fn serve(
                     (Incoming::Tcp(s), None) => Box::new(s),
                     (Incoming::Unix(s), _) => s,
                 };
-                connection(s, &node, &token, node_id, &holders, stop).await
+                connection(s, &node, &token, node_id, stop).await
             };
             if let Err(e) = served.await {
                 if matches!(e, ConnError::Refused(_) | ConnError::Wire(_)) {
@@ -160,7 +158,6 @@ async fn connection(
     node: &Arc<Node>,
     token: &[u8],
     node_id: uuid::Uuid,
-    holders: &std::sync::Mutex<Holders>,
     mut stop: tokio::sync::watch::Receiver<()>,
 ) -> Result<(), ConnError> {
     tokio::time::timeout(HELLO_TIMEOUT, hello(&mut s, token, node_id))
@@ -222,8 +219,8 @@ async fn connection(
                 s.read_exact(&mut addrs).await?;
                 get.own_addr = String::from_utf8_lossy(&addrs[..own]).into_owned();
                 get.bad = String::from_utf8_lossy(&addrs[own..]).into_owned();
-                match cached_get(node, holders, action, key, &get).await {
-                    Ok(answer) => send_cached(&mut s, holders, key, &get, answer).await?,
+                match cached_get(node, &node.holders, action, key, &get).await {
+                    Ok(answer) => send_cached(&mut s, &node.holders, key, &get, answer).await?,
                     Err(e) => send_error(&mut s, &e).await?,
                 }
             }

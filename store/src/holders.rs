@@ -7,7 +7,8 @@
 //! (everywhere, or for that version). A wrong entry costs the reader one
 //! failed peer get and a fall back to the node, never a wrong block: the
 //! reader checks what a peer sends against the header the node gave it
-//! under its lock. Pure logic: `dataplane.rs` consults it.
+//! under its lock. Pure logic: `dataplane.rs` consults it, and a dequeue
+//! near a slave scores tasks by how many of their inputs it holds.
 
 use std::collections::HashMap;
 
@@ -60,6 +61,19 @@ impl Holders {
         Some(others[self.turn % others.len()].clone())
     }
 
+    /// How many of a task's `inputs` (as [`pack_inputs`] packed them) `who`
+    /// holds some version of: a hint, so a version newer than the one it
+    /// holds counts too (its next read fetches the new one).
+    pub(crate) fn score(&self, inputs: &[u8], who: &str) -> usize {
+        inputs
+            .chunks_exact(PACKED_KEY)
+            .filter(|k| {
+                let key = unpack(k);
+                self.blocks.get(&key).is_some_and(|(_, holders)| holders.iter().any(|h| h == who))
+            })
+            .count()
+    }
+
     /// `peer` did not answer: it holds nothing any more.
     pub(crate) fn forget_peer(&mut self, peer: &str) {
         for (_, who) in self.blocks.values_mut() {
@@ -73,6 +87,26 @@ impl Holders {
             who.retain(|h| h != peer);
         }
     }
+}
+
+/// Bytes of one block key in a task's packed inputs.
+const PACKED_KEY: usize = 24;
+
+/// A task's inputs as the queue keeps them (`queue::Bags::enqueue_near`).
+pub(crate) fn pack_inputs(inputs: &[BlockKey]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(inputs.len() * PACKED_KEY);
+    for k in inputs {
+        out.extend_from_slice(k.matrix.as_bytes());
+        out.extend_from_slice(&k.i.to_le_bytes());
+        out.extend_from_slice(&k.j.to_le_bytes());
+    }
+    out
+}
+
+fn unpack(b: &[u8]) -> BlockKey {
+    let matrix = uuid::Uuid::from_slice(&b[..16]).expect("16 bytes");
+    let word = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+    BlockKey { matrix, i: word(16), j: word(20) }
 }
 
 #[cfg(test)]
@@ -112,5 +146,21 @@ mod tests {
         h.forget_peer("b");
         assert_eq!(h.peer_for(key(1), 7, "c"), None);
         assert_eq!(h.peer_for(key(2), 9, "c").as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn a_task_scores_the_inputs_its_asker_holds() {
+        let mut h = Holders::default();
+        let other = BlockKey { matrix: uuid::Uuid::from_u128(7), i: 1, j: 2 };
+        h.holds(key(1), 7, "a");
+        h.holds(key(2), 7, "a");
+        h.holds(other, 3, "b");
+        let task = pack_inputs(&[key(1), key(2), other, key(3)]);
+        assert_eq!(unpack(&task[48..72]), other);
+        assert_eq!(h.score(&task, "a"), 2);
+        assert_eq!(h.score(&task, "b"), 1);
+        assert_eq!(h.score(&task, "c"), 0);
+        h.forget_peer("a");
+        assert_eq!(h.score(&task, "a"), 0, "a forgotten peer holds nothing");
     }
 }

@@ -15,7 +15,8 @@ use uuid::Uuid;
 
 use crate::blocks::Matrices;
 use crate::db::Db;
-use crate::keys::{ObjKey, Tentative};
+use crate::holders::Holders;
+use crate::keys::{BlockKey, ObjKey, Tentative};
 use crate::metrics::Metrics;
 
 /// Why a session whose client ended it ended (any other end is a loss).
@@ -152,6 +153,9 @@ pub(crate) struct Node {
     pub(crate) metrics: Metrics,
     /// True once the node is stopping ([`Node::begin_shutdown`]).
     stopping: tokio::sync::watch::Sender<bool>,
+    /// Which slave caches hold which block versions: where cached gets
+    /// find peers, and what a dequeue near a slave scores.
+    pub(crate) holders: Mutex<Holders>,
 }
 
 pub(crate) fn action_error(e: ActionError) -> StoreError {
@@ -194,6 +198,7 @@ impl Node {
             config,
             metrics: Metrics::default(),
             stopping: tokio::sync::watch::channel(false).0,
+            holders: Default::default(),
         }
     }
 
@@ -499,14 +504,23 @@ impl Node {
     // ---- queues ----
 
     /// Dequeues inside `action`; waits up to `wait` while the bag has
-    /// elements but none is free.
-    pub(crate) async fn dequeue(&self, action: ActionId, bag: &str, wait: Duration) -> Result<Dequeue, StoreError> {
+    /// elements but none is free. `near`: the address a slave serves its
+    /// block cache on, whose elements' inputs it holds most of go first
+    /// (`Bags::dequeue_nearest`); empty, the bag's order.
+    pub(crate) async fn dequeue(&self, action: ActionId, bag: &str, wait: Duration, near: &str) -> Result<Dequeue, StoreError> {
         let deadline = tokio::time::Instant::now() + wait;
+        let take = |core: &mut Core| {
+            if near.is_empty() {
+                return core.bags.dequeue(action, bag);
+            }
+            let holders = self.holders.lock().unwrap_or_else(|p| p.into_inner());
+            core.bags.dequeue_nearest(action, bag, &mut |inputs| holders.score(inputs, near))
+        };
         loop {
             let mut signal = {
                 let mut core = self.core();
                 core.actions.check(action).map_err(action_error)?;
-                match core.bags.dequeue(action, bag) {
+                match take(&mut core) {
                     Dequeue::NoneAvailable if tokio::time::Instant::now() < deadline => {
                         let mut n: Pin<Box<tokio::sync::futures::OwnedNotified>> = Box::pin(core.bag_signal(bag).notified_owned());
                         // Registered before the lock is released: no lost wake-up.
@@ -521,15 +535,17 @@ impl Node {
                 // One last look, so a wake at the deadline is not lost.
                 let mut core = self.core();
                 core.actions.check(action).map_err(action_error)?;
-                return Ok(core.bags.dequeue(action, bag));
+                return Ok(take(&mut core));
             }
         }
     }
 
-    pub(crate) fn enqueue(&self, action: ActionId, bag: &str, payload: Vec<u8>) -> Result<(), StoreError> {
+    /// Enqueues `payload`; `inputs`, the blocks the task reads, let a
+    /// dequeue hand it to a slave that holds them (none: it keeps its place).
+    pub(crate) fn enqueue(&self, action: ActionId, bag: &str, payload: Vec<u8>, inputs: &[BlockKey]) -> Result<(), StoreError> {
         let mut core = self.core();
         core.actions.check(action).map_err(action_error)?;
-        core.bags.enqueue(action, bag, payload);
+        core.bags.enqueue_near(action, bag, payload, crate::holders::pack_inputs(inputs));
         Ok(())
     }
 

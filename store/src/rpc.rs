@@ -152,7 +152,8 @@ pub(crate) async fn write_small_many(node: &Node, r: proto::SmallWrites) -> Resu
 
 pub(crate) fn enqueue(node: &Node, r: proto::EnqueueRequest) -> Result<proto::Empty, Status> {
     let a = required_action(r.action)?;
-    node.enqueue(a, bag_name(&r.bag)?, r.payload.to_vec()).map_err(status)?;
+    let inputs = r.inputs.iter().map(|b| Ok(BlockKey { matrix: uuid(&b.matrix)?, i: b.i, j: b.j })).collect::<Result<Vec<_>, Status>>()?;
+    node.enqueue(a, bag_name(&r.bag)?, r.payload.to_vec(), &inputs).map_err(status)?;
     Ok(proto::Empty {})
 }
 
@@ -160,7 +161,7 @@ pub(crate) async fn dequeue(node: &Node, r: proto::DequeueRequest) -> Result<pro
     let a = required_action(r.action)?;
     let wait = Duration::from_millis(r.wait_ms as u64).min(MAX_DEQUEUE_WAIT);
     use proto::dequeue_reply::Outcome;
-    let outcome = match node.dequeue(a, bag_name(&r.bag)?, wait).await.map_err(status)? {
+    let outcome = match node.dequeue(a, bag_name(&r.bag)?, wait, &r.near).await.map_err(status)? {
         queue::Dequeue::Task(t) => Outcome::Task(task_proto(t)),
         queue::Dequeue::Empty => Outcome::Empty(proto::Empty {}),
         queue::Dequeue::NoneAvailable => Outcome::NoneAvailable(proto::Empty {}),

@@ -112,28 +112,32 @@ pub(crate) fn plan(job: uuid::Uuid, a: &MatrixMeta, l: &MatrixMeta, v: CholeskyV
             // Column-major order: every task's inputs come earlier in the bag,
             // so waiting on flags cannot deadlock.
             let tasks = (0..p).flat_map(|j| (j..p).map(move |i| blk(i, j))).collect();
-            plan.bags.push(PlannedBag { name: job::bag_name(job, "cholesky/single-bag"), tasks });
+            plan.bags.push(PlannedBag { name: job::bag_name(job, "cholesky/single-bag"), tasks, inputs: Vec::new() });
         }
         CholeskyVariant::MultiStep1 => {
             for j in 0..p {
-                plan.bags.push(PlannedBag { name: job::bag_name(job, &format!("cholesky/diag/{j}")), tasks: vec![blk(j, j)] });
+                plan.bags.push(PlannedBag {
+                    name: job::bag_name(job, &format!("cholesky/diag/{j}")),
+                    tasks: vec![blk(j, j)],
+                    inputs: Vec::new(),
+                });
                 if j + 1 < p {
                     let tasks = (j + 1..p).map(|i| blk(i, j)).collect();
-                    plan.bags.push(PlannedBag { name: job::bag_name(job, &format!("cholesky/solve/{j}")), tasks });
+                    plan.bags.push(PlannedBag { name: job::bag_name(job, &format!("cholesky/solve/{j}")), tasks, inputs: Vec::new() });
                 }
             }
         }
         CholeskyVariant::MultiStep2 => {
-            plan.bags.push(PlannedBag { name: job::bag_name(job, "cholesky/step/0"), tasks: vec![blk(0, 0)] });
+            plan.bags.push(PlannedBag { name: job::bag_name(job, "cholesky/step/0"), tasks: vec![blk(0, 0)], inputs: Vec::new() });
             for j in 0..p.saturating_sub(1) {
                 // The merged task is on the critical path: first in the bag.
                 let mut tasks = vec![enc(CholTask::Merged { j: j + 1 })];
                 tasks.extend((j + 2..p).map(|i| blk(i, j)));
-                plan.bags.push(PlannedBag { name: job::bag_name(job, &format!("cholesky/step/{}", j + 1)), tasks });
+                plan.bags.push(PlannedBag { name: job::bag_name(job, &format!("cholesky/step/{}", j + 1)), tasks, inputs: Vec::new() });
             }
         }
         CholeskyVariant::Dag => {
-            plan.bags.push(PlannedBag { name: dag_bag(job), tasks: vec![blk(0, 0)] });
+            plan.bags.push(PlannedBag { name: dag_bag(job), tasks: vec![blk(0, 0)], inputs: Vec::new() });
             for j in 0..p {
                 for i in j..p {
                     let d = n_deps(i, j);

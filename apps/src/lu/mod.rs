@@ -258,14 +258,18 @@ pub(crate) fn plan(job: uuid::Uuid, a: &MatrixMeta, lu: &MatrixMeta, pivoting: P
             })
             .collect();
         let ready = tasks.iter().filter(|t| n_deps(**t) == 0).map(job::encode_task).collect();
-        plan.bags.push(PlannedBag { name: dag_bag(job), tasks: ready });
+        plan.bags.push(PlannedBag { name: dag_bag(job), tasks: ready, inputs: Vec::new() });
         plan.initial_small =
             tasks.iter().filter(|t| n_deps(**t) > 0).map(|t| (counter_key(job, *t), n_deps(*t).to_le_bytes().to_vec())).collect();
         return Ok(plan);
     }
     let mut bag = |name: String, tasks: Vec<LuTask>| {
         if !tasks.is_empty() {
-            plan.bags.push(PlannedBag { name: job::bag_name(job, &name), tasks: tasks.iter().map(job::encode_task).collect() });
+            plan.bags.push(PlannedBag {
+                name: job::bag_name(job, &name),
+                tasks: tasks.iter().map(job::encode_task).collect(),
+                inputs: Vec::new(),
+            });
         }
     };
     if pivot {

@@ -50,8 +50,12 @@ pub(crate) fn check(a: &MatrixMeta, b: &MatrixMeta, c: &MatrixMeta) -> Result<()
 
 pub(crate) fn plan(job: uuid::Uuid, a: &MatrixMeta, b: &MatrixMeta, c: &MatrixMeta) -> Result<Plan, PlanError> {
     check(a, b, c)?;
-    let tasks = (0..c.block_rows()).flat_map(|i| (0..c.block_cols()).map(move |j| job::encode_task(&MatmulTask { i, j }))).collect();
-    Ok(Plan { bags: vec![PlannedBag { name: job::bag_name(job, "matmul"), tasks }], initial_small: vec![] })
+    let order: Vec<MatmulTask> = (0..c.block_rows()).flat_map(|i| (0..c.block_cols()).map(move |j| MatmulTask { i, j })).collect();
+    let tasks = order.iter().map(job::encode_task).collect();
+    // Any order is right: a slave that holds a task's row of A or column
+    // of B takes it first.
+    let inputs = order.iter().map(|t| (0..a.block_cols()).flat_map(|k| [a.block_id(t.i, k), b.block_id(k, t.j)]).collect()).collect();
+    Ok(Plan { bags: vec![PlannedBag { name: job::bag_name(job, "matmul"), tasks, inputs }], initial_small: vec![] })
 }
 
 pub(crate) fn run(a: &MatrixMeta, b: &MatrixMeta, c: &MatrixMeta, task: &[u8], ctx: &mut dyn TaskCtx) -> Result<TaskOutcome, TaskError> {

@@ -90,7 +90,7 @@ pub fn grain_key(job: uuid::Uuid, first: u32) -> String {
 pub(crate) fn plan(job: uuid::Uuid, p: &RenderParams) -> Result<Plan, PlanError> {
     p.check()?;
     let tasks = p.grains().into_iter().map(|(first, last)| job::encode_task(&GrainTask { first, last })).collect();
-    Ok(Plan { bags: vec![PlannedBag { name: job::bag_name(job, "raytrace"), tasks }], initial_small: vec![] })
+    Ok(Plan { bags: vec![PlannedBag { name: job::bag_name(job, "raytrace"), tasks, inputs: Vec::new() }], initial_small: vec![] })
 }
 
 pub(crate) fn run(job: uuid::Uuid, p: &RenderParams, task: &[u8], ctx: &mut dyn TaskCtx) -> Result<TaskOutcome, TaskError> {

@@ -24,10 +24,13 @@ use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
 use super::{dask_hosts, gang_hosts, round3, scalapack_hosts, App, Args, Engine, Extra, Figs};
+use job_record as record;
+
 use crate::cluster::{on_host, Cluster, ClusterConfig, HostsPlacement, JobResult, Placement};
 
 /// What one app's job is: the inputs to create (name, kind, seed), the
 /// `master submit` arguments and the matrix it writes.
+#[derive(Clone)]
 struct Job {
     inputs: Vec<(&'static str, &'static str, u64)>,
     submit: Vec<String>,
@@ -90,6 +93,27 @@ struct Run {
     job: JobResult,
     links: Vec<netns::LinkBytes>,
     verified: Option<bool>,
+}
+
+/// A cluster across hosts whose slaves cache blocks and serve them to each other.
+fn cached_cluster(args: &Args, base: &Path, placement: &HostsPlacement, slaves: usize) -> anyhow::Result<Cluster> {
+    Cluster::start(ClusterConfig {
+        slaves,
+        cache_mib: args.cache_mib,
+        base_dir: Some(base.to_owned()),
+        placement: Placement::Hosts(placement.clone()),
+        ..ClusterConfig::default()
+    })
+}
+
+fn print_reads(r: &record::ReadSources) {
+    let mib = |b: u64| b as f64 / super::MIB;
+    eprintln!(
+        "    block reads: {:.0} MiB from the store, {:.0} from peers, {:.0} from the slaves' own caches",
+        mib(r.store),
+        mib(r.peers),
+        mib(r.cache)
+    );
 }
 
 fn run_once(c: &Cluster, job: &Job, args: &Args) -> anyhow::Result<Run> {
@@ -290,19 +314,34 @@ pub(super) fn run(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<(
         }
         scalapack(figs, args, base, &placement, g, &common)?;
     }
+    // Locality-aware dequeue against the bag's order, each on fresh
+    // slaves (a second job on warm caches would read nothing).
+    let in_rows = if args.app == App::Matmul {
+        eprintln!("  caching on, tasks in order (`--order rows`)");
+        let rows = Job {
+            submit: [job.submit.clone(), vec!["--order".into(), "rows".into()]].concat(),
+            label: format!("{} (rows)", job.label),
+            ..job.clone()
+        };
+        let r = on_host(&hosts, cli_host, || {
+            let c = cached_cluster(args, base, &placement, slaves)?;
+            rows.create_inputs(&c, n, b)?;
+            run_once(&c, &rows, args)
+        })?;
+        print_links(&r.links, r.job.seconds);
+        print_reads(&r.job.reads);
+        Some(r)
+    } else {
+        None
+    };
     eprintln!("  caching on (slave block caches, slave-to-slave transfer)");
     let (across, killed) = on_host(&hosts, cli_host, || {
-        let mut c = Cluster::start(ClusterConfig {
-            slaves,
-            cache_mib: args.cache_mib,
-            base_dir: Some(base.to_owned()),
-            placement: Placement::Hosts(placement.clone()),
-            ..ClusterConfig::default()
-        })?;
+        let mut c = cached_cluster(args, base, &placement, slaves)?;
         eprintln!("  creating the inputs (over host {cli_host}'s link)");
         job.create_inputs(&c, n, b)?;
         let across = run_once(&c, &job, args)?;
         print_links(&across.links, across.job.seconds);
+        print_reads(&across.job.reads);
         if args.no_kill {
             return Ok((across, None));
         }
@@ -363,6 +402,19 @@ pub(super) fn run(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<(
     let mut e = vec![("gflops", json!(round3(gf))), ("one_host_gflops", json!(round3(one_gf)))];
     common(&mut e);
     figs.push((format!("ooc_hosts_{app}_vs_one_host"), round3(gf / one_gf.max(1e-9)), "ratio", None, e));
+    if let Some(rows) = &in_rows {
+        let reads = |r: &record::ReadSources| json!({"store": r.store, "peers": r.peers, "cache": r.cache});
+        let mut e = vec![
+            ("nearest_gflops", json!(round3(gf))),
+            ("rows_gflops", json!(round3(rows.job.gflops()))),
+            ("nearest_reads", reads(&across.job.reads)),
+            ("rows_reads", reads(&rows.job.reads)),
+            ("nearest_links", links_json(&across.links)),
+            ("rows_links", links_json(&rows.links)),
+        ];
+        common(&mut e);
+        figs.push(("ooc_hosts_matmul_nearest_vs_rows".into(), round3(gf / rows.job.gflops().max(1e-9)), "ratio", None, e));
+    }
     if let Some((r, done, total, verified)) = &killed {
         let mut e = vec![
             ("finished", json!(r.ok())),

@@ -259,8 +259,13 @@ impl Action {
 
     /// Dequeues from `bag`; with a non-zero `wait`, blocks on the node up to
     /// `wait` while the bag has elements but none is free.
+    /// Dequeues from `bag`, waiting up to `wait` while every element is
+    /// taken. A client with a block cache that serves peers is handed
+    /// first a task whose inputs its cache holds (if the bag's tasks say
+    /// what they read, [`Action::enqueue_near`]).
     pub async fn dequeue(&self, bag: &str, wait: Duration) -> Result<Dequeue> {
-        let req = proto::DequeueRequest { action: self.id, bag: bag.to_owned(), wait_ms: wait.as_millis() as u32 };
+        let near = self.plane.as_ref().and_then(|p| p.cache_addr()).unwrap_or_default();
+        let req = proto::DequeueRequest { action: self.id, bag: bag.to_owned(), wait_ms: wait.as_millis() as u32, near };
         let mut rpc = self.rpc.clone();
         let r = unary(&self.plane, Method::Dequeue, req, |q| async move { rpc.dequeue(q).await }).await?;
         use proto::dequeue_reply::Outcome;
@@ -275,7 +280,20 @@ impl Action {
     /// Enqueues an element, pending until the action commits. The future
     /// owns its request, like [`Action::write_small`]'s.
     pub fn enqueue(&self, bag: &str, payload: &[u8]) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
-        let req = proto::EnqueueRequest { action: self.id, bag: bag.to_owned(), payload: payload.to_vec().into() };
+        self.enqueue_near(bag, payload, &[])
+    }
+
+    /// Enqueues an element that reads `inputs` (matrix, block row, block
+    /// column): a slave whose cache holds them is handed it first. The
+    /// bag's order still rules the elements enqueued without inputs.
+    pub fn enqueue_near(
+        &self,
+        bag: &str,
+        payload: &[u8],
+        inputs: &[(Uuid, u32, u32)],
+    ) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
+        let inputs = inputs.iter().map(|(m, i, j)| proto::BlockInput { matrix: m.as_bytes().to_vec().into(), i: *i, j: *j }).collect();
+        let req = proto::EnqueueRequest { action: self.id, bag: bag.to_owned(), payload: payload.to_vec().into(), inputs };
         let (mut rpc, plane) = (self.rpc.clone(), self.plane.clone());
         async move { unary::<_, proto::Empty, _, _>(&plane, Method::Enqueue, req, |q| async move { rpc.enqueue(q).await }).await.map(drop) }
     }

@@ -410,6 +410,11 @@ impl DataPlane {
     }
 
     /// Sends this plane's gets of one block under a read lock through
+    /// The address the attached cache serves peers on, if it does.
+    pub(crate) fn cache_addr(&self) -> Option<String> {
+        self.cache.get().map(|c| c.own_addr()).filter(|a| !a.is_empty())
+    }
+
     /// `cache` (a TCP plane's only); false where it does not.
     pub(crate) fn attach_cache(&self, cache: std::sync::Arc<crate::cache::BlockCache>) -> bool {
         !self.is_local()

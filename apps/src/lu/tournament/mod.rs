@@ -112,10 +112,14 @@ pub(super) fn plan(job: uuid::Uuid, p: u32) -> Plan {
     let all = all_tasks(p);
     let mut plan = Plan::default();
     let ready = all.iter().filter(|t| n_deps(p, **t) == 0).map(|t| element(*t)).collect();
-    plan.bags.push(PlannedBag { name: dag_bag(job), tasks: ready });
+    plan.bags.push(PlannedBag { name: dag_bag(job), tasks: ready, inputs: Vec::new() });
     let left: Vec<LuTask> = (0..p.saturating_sub(1)).map(|m| LuTask::LeftSwap { m }).collect();
     if !left.is_empty() {
-        plan.bags.push(PlannedBag { name: job::bag_name(job, "lu/left-swap"), tasks: left.iter().map(job::encode_task).collect() });
+        plan.bags.push(PlannedBag {
+            name: job::bag_name(job, "lu/left-swap"),
+            tasks: left.iter().map(job::encode_task).collect(),
+            inputs: Vec::new(),
+        });
     }
     plan.initial_small =
         all.iter().filter(|t| n_deps(p, **t) > 0).map(|t| (counter_key(job, *t), n_deps(p, *t).to_le_bytes().to_vec())).collect();
