@@ -405,6 +405,26 @@ pub fn plan(spec: &JobSpec) -> Result<Plan, PlanError> {
     }
 }
 
+/// Cuts a multiply into the two-level bag (`crate::matmul::rows`): an
+/// element per block row of C, whose tasks [`inner_tasks`] lists. Other
+/// apps have no such plan.
+pub fn plan_two_level(spec: &JobSpec) -> Result<Plan, PlanError> {
+    match spec {
+        JobSpec::Matmul { job, a, b, c } => crate::matmul::rows::plan(*job, a, b, c),
+        other => Err(PlanError::Unsupported { reason: format!("{} has no two-level bag (matmul has)", other.app_name()) }),
+    }
+}
+
+/// The tasks of a two-level bag's element, each with its number among the
+/// job's tasks (its done record's), to run and commit one by one while
+/// the element is held; `None` for an ordinary task.
+pub fn inner_tasks(spec: &JobSpec, payload: &[u8]) -> Option<Vec<(u64, Vec<u8>)>> {
+    match spec {
+        JobSpec::Matmul { c, .. } => crate::matmul::rows::inner_tasks(c, payload),
+        _ => None,
+    }
+}
+
 /// What a committed task did (for progress and GFLOP/s).
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct TaskOutcome {

@@ -21,6 +21,7 @@ use crate::store_args::StoreArgs;
 pub(crate) enum MatmulOrder {
     Nearest,
     Rows,
+    TwoLevel,
 }
 
 #[derive(clap::Subcommand)]
@@ -41,7 +42,10 @@ pub(crate) enum Submit {
         /// Which task a slave takes next. nearest: the one whose blocks of
         /// A and B its cache holds most of (slaves on other hosts than the
         /// store, which cache; others take the bag in order). rows: block
-        /// rows of C in order, whatever the slaves hold.
+        /// rows of C in order, whatever the slaves hold. two-level: a slave
+        /// takes a whole block row of C and commits its blocks one by one
+        /// (a crash loses one block's work; the row goes back to the bag
+        /// and the next slave goes on from its first block not committed).
         #[arg(long, value_enum, default_value_t = MatmulOrder::Nearest)]
         order: MatmulOrder,
         #[command(flatten)]
@@ -132,11 +136,13 @@ pub(crate) async fn submit(cmd: Submit) -> anyhow::Result<()> {
     };
     let id = match cmd {
         Submit::Matmul { a, b, out, force, gang, order, .. } => match gang.spec()? {
-            None if order == MatmulOrder::Rows => {
+            None if order != MatmulOrder::Nearest => {
                 let (a, b) = (meta(&client.matrix_by_name(&a).await?), meta(&client.matrix_by_name(&b).await?));
                 let c = create_output(&client, &out, force, &AppRequest::Matmul { a: &a, b: &b }).await?;
-                submit_planned(&client, JobSpec::Matmul { job: Uuid::new_v4(), a, b, c }, None, Locality::Ignored).await?
+                let layout = if order == MatmulOrder::Rows { Layout::InOrder } else { Layout::TwoLevel };
+                submit_planned(&client, JobSpec::Matmul { job: Uuid::new_v4(), a, b, c }, None, layout).await?
             }
+            Some(_) if order != MatmulOrder::Nearest => bail!("--order applies to the bag of tasks, not to a gang (--ranks)"),
             None => submit_matmul(&client, &a, &b, &out, force).await?,
             Some(gang) => {
                 let a = meta(&client.matrix_by_name(&a).await?);
@@ -220,18 +226,20 @@ pub(crate) async fn submit_spec(client: &Client, spec: JobSpec) -> anyhow::Resul
 
 /// [`submit_spec`], as a gang job of one bag of rank tasks with `gang`.
 pub(crate) async fn submit_spec_with(client: &Client, spec: JobSpec, gang: Option<record::gang::GangSpec>) -> anyhow::Result<Uuid> {
-    submit_planned(client, spec, gang, Locality::Given).await
+    submit_planned(client, spec, gang, Layout::Nearest).await
 }
 
-/// Whether a job's tasks tell the queue what they read (`master submit
-/// matmul --order`).
+/// How a job's tasks are laid out in its bags (`master submit matmul
+/// --order`): telling the queue what each reads, in order, or as a
+/// two-level bag.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Locality {
-    Given,
-    Ignored,
+enum Layout {
+    Nearest,
+    InOrder,
+    TwoLevel,
 }
 
-async fn submit_planned(client: &Client, spec: JobSpec, gang: Option<record::gang::GangSpec>, locality: Locality) -> anyhow::Result<Uuid> {
+async fn submit_planned(client: &Client, spec: JobSpec, gang: Option<record::gang::GangSpec>, layout: Layout) -> anyhow::Result<Uuid> {
     let outputs: Vec<Uuid> = match &spec {
         JobSpec::Matmul { c, .. } => vec![c.id.0],
         JobSpec::Cholesky { l, .. } => vec![l.id.0],
@@ -239,7 +247,7 @@ async fn submit_planned(client: &Client, spec: JobSpec, gang: Option<record::gan
         JobSpec::Raytrace { .. } => vec![],
     };
     let result = async {
-        let mut plan = plan(&spec)?;
+        let mut plan = if layout == Layout::TwoLevel { apps::job::plan_two_level(&spec)? } else { plan(&spec)? };
         if let Some(gang) = &gang {
             plan = apps::job::Plan { bags: vec![crate::gang_cmd::rank_bag(&spec, gang)?], initial_small: vec![] };
         }
@@ -255,7 +263,7 @@ async fn submit_planned(client: &Client, spec: JobSpec, gang: Option<record::gan
         }
         let record = JobRecord {
             bags: plan.bags.iter().map(|b| b.name.clone()).collect(),
-            n_tasks: task_counts(&spec, &plan),
+            n_tasks: if layout == Layout::TwoLevel { two_level_counts(&spec, &plan) } else { task_counts(&spec, &plan) },
             spec: spec.clone(),
             submitted_ms: record::now_ms(),
             gang,
@@ -267,7 +275,7 @@ async fn submit_planned(client: &Client, spec: JobSpec, gang: Option<record::gan
         }
         for bag in &plan.bags {
             for (k, t) in bag.tasks.iter().enumerate() {
-                let given = bag.inputs.get(k).filter(|_| locality == Locality::Given);
+                let given = bag.inputs.get(k).filter(|_| layout == Layout::Nearest);
                 let inputs: Vec<_> = given.map_or(&[][..], Vec::as_slice).iter().map(|b| (b.matrix.0, b.i, b.j)).collect();
                 a.enqueue_near(&bag.name, t, &inputs).await?;
             }
@@ -299,6 +307,11 @@ fn task_counts(spec: &JobSpec, plan: &apps::job::Plan) -> Vec<usize> {
         *first += plan.initial_small.len();
     }
     counts
+}
+
+/// A two-level bag's tasks are its elements' inner tasks.
+fn two_level_counts(spec: &JobSpec, plan: &apps::job::Plan) -> Vec<usize> {
+    plan.bags.iter().map(|b| b.tasks.iter().map(|t| apps::job::inner_tasks(spec, t).map_or(1, |inner| inner.len())).sum()).collect()
 }
 
 /// Everything the store knows about a job's progress.

@@ -285,10 +285,13 @@ impl Slave {
                             return Ok(Idle::Again);
                         }
                     }
-                    Ok(Dequeue::Task(task)) => {
-                        self.kill.reached(KillPlace::Dequeued);
-                        self.run_one(&job, index, action, task, asked.elapsed()).await?
-                    }
+                    Ok(Dequeue::Task(task)) => match apps::job::inner_tasks(&job.spec, &task.payload) {
+                        Some(inner) => self.run_two_level(&job, index, action, task, inner).await?,
+                        None => {
+                            self.kill.reached(KillPlace::Dequeued);
+                            self.run_one(&job, index, action, task, asked.elapsed()).await?
+                        }
+                    },
                     Err(e) => {
                         let _ = action.abort().await;
                         return Err(e);
@@ -369,6 +372,55 @@ impl Slave {
             .collect();
         jobs.sort_by_key(|j| j.submitted_ms);
         Ok(jobs.into_iter().next())
+    }
+
+    /// An element of a two-level bag (`apps::matmul::rows`), held by
+    /// `outer` while each of its tasks runs in a top-level action of its
+    /// own, begun beside it, and commits as it ends. A task whose done
+    /// record exists (committed before a crash returned the element) is
+    /// skipped. The element leaves the bag only once every task's record
+    /// is there; otherwise (a task that went back, a commit refused) the
+    /// outer action aborts and the element returns for what is missing.
+    async fn run_two_level(
+        &mut self,
+        job: &JobRecord,
+        bag_index: usize,
+        outer: Action,
+        element: Task,
+        inner: Vec<(u64, Vec<u8>)>,
+    ) -> Result<(), StoreError> {
+        let done = |seq| record::done_key(job.id(), bag_index, seq);
+        for (seq, payload) in &inner {
+            let asked = Instant::now();
+            // Only the element's holder runs its tasks, and an earlier
+            // holder's actions ended with its session: committed or never.
+            if self.client.peek_small(&done(*seq)).await?.is_some() {
+                continue;
+            }
+            let action = self.session.begin().await?;
+            self.kill.reached(KillPlace::Dequeued);
+            let task = Task {
+                bag: element.bag.clone(),
+                seq: *seq,
+                payload: payload.clone(),
+                attempts: element.attempts,
+                returns: element.returns,
+            };
+            self.run_one(job, bag_index, action, task, asked.elapsed()).await?;
+        }
+        self.settle().await?;
+        let mut missing = 0;
+        for (seq, _) in &inner {
+            missing += usize::from(self.client.peek_small(&done(*seq)).await?.is_none());
+        }
+        if missing > 0 {
+            tracing::info!(bag = %element.bag, seq = element.seq, missing, "element goes back to the bag for its tasks not committed");
+            return outer.abort().await;
+        }
+        match outer.commit().await {
+            Ok(()) | Err(StoreError::ActionAborted { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// One task in one top-level action: compute on the compute thread (the

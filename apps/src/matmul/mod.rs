@@ -78,5 +78,7 @@ pub(crate) fn run(a: &MatrixMeta, b: &MatrixMeta, c: &MatrixMeta, task: &[u8], c
     Ok(TaskOutcome { flops })
 }
 
+pub mod rows;
+
 #[cfg(test)]
 mod tests;

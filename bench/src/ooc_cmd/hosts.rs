@@ -314,26 +314,28 @@ pub(super) fn run(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<(
         }
         scalapack(figs, args, base, &placement, g, &common)?;
     }
-    // Locality-aware dequeue against the bag's order, each on fresh
-    // slaves (a second job on warm caches would read nothing).
-    let in_rows = if args.app == App::Matmul {
-        eprintln!("  caching on, tasks in order (`--order rows`)");
-        let rows = Job {
-            submit: [job.submit.clone(), vec!["--order".into(), "rows".into()]].concat(),
-            label: format!("{} (rows)", job.label),
-            ..job.clone()
-        };
-        let r = on_host(&hosts, cli_host, || {
-            let c = cached_cluster(args, base, &placement, slaves)?;
-            rows.create_inputs(&c, n, b)?;
-            run_once(&c, &rows, args)
-        })?;
-        print_links(&r.links, r.job.seconds);
-        print_reads(&r.job.reads);
-        Some(r)
-    } else {
-        None
-    };
+    // Locality-aware dequeue against the bag's order and the two-level
+    // bag, each on fresh slaves (a second job on warm caches would read
+    // nothing).
+    let mut orders = Vec::new();
+    if args.app == App::Matmul {
+        for order in ["rows", "two-level"] {
+            eprintln!("  caching on, `--order {order}`");
+            let variant = Job {
+                submit: [job.submit.clone(), vec!["--order".into(), order.into()]].concat(),
+                label: format!("{} ({order})", job.label),
+                ..job.clone()
+            };
+            let r = on_host(&hosts, cli_host, || {
+                let c = cached_cluster(args, base, &placement, slaves)?;
+                variant.create_inputs(&c, n, b)?;
+                run_once(&c, &variant, args)
+            })?;
+            print_links(&r.links, r.job.seconds);
+            print_reads(&r.job.reads);
+            orders.push((order, r));
+        }
+    }
     eprintln!("  caching on (slave block caches, slave-to-slave transfer)");
     let (across, killed) = on_host(&hosts, cli_host, || {
         let mut c = cached_cluster(args, base, &placement, slaves)?;
@@ -402,18 +404,43 @@ pub(super) fn run(args: &Args, base: &Path, figs: &mut Figs) -> anyhow::Result<(
     let mut e = vec![("gflops", json!(round3(gf))), ("one_host_gflops", json!(round3(one_gf)))];
     common(&mut e);
     figs.push((format!("ooc_hosts_{app}_vs_one_host"), round3(gf / one_gf.max(1e-9)), "ratio", None, e));
-    if let Some(rows) = &in_rows {
+    if !orders.is_empty() {
         let reads = |r: &record::ReadSources| json!({"store": r.store, "peers": r.peers, "cache": r.cache});
-        let mut e = vec![
-            ("nearest_gflops", json!(round3(gf))),
-            ("rows_gflops", json!(round3(rows.job.gflops()))),
-            ("nearest_reads", reads(&across.job.reads)),
-            ("rows_reads", reads(&rows.job.reads)),
-            ("nearest_links", links_json(&across.links)),
-            ("rows_links", links_json(&rows.links)),
-        ];
-        common(&mut e);
-        figs.push(("ooc_hosts_matmul_nearest_vs_rows".into(), round3(gf / rows.job.gflops().max(1e-9)), "ratio", None, e));
+        // Table 3.3's "everything at the slave": each slave reads each block
+        // of the job's inputs it needs once (N₃ from outside its memory),
+        // the rest from its own (N₁). Partitioned by block columns, as
+        // dequeues near a slave tend to, a slave needs all of A and 1/s of B.
+        let p = n.div_ceil(u64::from(b));
+        let counts = model::matmul::read_counts(model::MatmulCaching::SlaveAll, p, u64::from(b), slaves as u64);
+        let block_bytes = (b as f64).powi(2) * 8.0;
+        let outside = |r: &record::ReadSources| round3((r.store + r.peers) as f64 / (counts.n3 * block_bytes));
+        eprintln!("  reads from outside a slave's own cache against Table 3.3's N₃ = p²(1+s): nearest {:.2}×", outside(&across.job.reads));
+        for (order, r) in &orders {
+            eprintln!(
+                "  {order}: {:.2} GFLOP/s, nearest {:.2}× it; reads from outside the cache {:.2}× N₃",
+                r.job.gflops(),
+                gf / r.job.gflops().max(1e-9),
+                outside(&r.job.reads)
+            );
+            let mut e = vec![
+                ("model_slave_all_n3_bytes", json!(counts.n3 * block_bytes)),
+                ("model_slave_all_n1_bytes", json!(counts.n1 * block_bytes)),
+                ("nearest_outside_vs_n3", json!(outside(&across.job.reads))),
+                ("other_outside_vs_n3", json!(outside(&r.job.reads))),
+                ("nearest_gflops", json!(round3(gf))),
+                ("other_gflops", json!(round3(r.job.gflops()))),
+                ("nearest_reads", reads(&across.job.reads)),
+                ("other_reads", reads(&r.job.reads)),
+                ("nearest_links", links_json(&across.links)),
+                ("other_links", links_json(&r.links)),
+            ];
+            if let Some(v) = r.verified {
+                e.push(("other_verified", json!(v)));
+            }
+            common(&mut e);
+            let name = format!("ooc_hosts_matmul_nearest_vs_{}", order.replace('-', "_"));
+            figs.push((name, round3(gf / r.job.gflops().max(1e-9)), "ratio", None, e));
+        }
     }
     if let Some((r, done, total, verified)) = &killed {
         let mut e = vec![
