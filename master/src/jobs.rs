@@ -42,7 +42,9 @@ pub(crate) enum Submit {
         /// Which task a slave takes next. nearest: the one whose blocks of
         /// A and B its cache holds most of (slaves on other hosts than the
         /// store, which cache; others take the bag in order). rows: block
-        /// rows of C in order, whatever the slaves hold. two-level: a slave
+        /// rows of C in order (every other row from its last block back, so
+        /// a row starts on the blocks of B the last one read), whatever the
+        /// slaves hold. two-level: a slave
         /// takes a whole block row of C and commits its blocks one by one
         /// (a crash loses one block's work; the row goes back to the bag
         /// and the next slave goes on from its first block not committed).

@@ -3,7 +3,16 @@
 //! One task per C block: `c_ij = Σ_k a_ik · b_kj`. A task reads the pairs
 //! `A(i,k), B(k,j)` one after the other and accumulates with dgemm, so it
 //! holds three blocks at most (the source's `m = 3·8b²`). All tasks are
-//! independent: one bag, row by row.
+//! independent: one bag, row by row of `C`.
+//!
+//! The rows go in serpentine order: odd block rows enumerate their columns
+//! from the last back. Each row of `C` reads all of `B`, and when `B` is
+//! larger than the page cache a row in the same order as the one before is a
+//! cyclic scan that LRU keeps none of: every block comes from disk again.
+//! Turned around, a row starts on the columns of `B` the previous row read
+//! last, which the cache still holds, so each row after the first reads from
+//! disk only about the part of `B` the cache could not keep. With `B` in
+//! memory the order changes nothing.
 
 use crate::block::{Block, MatrixMeta};
 use crate::ctx::TaskCtx;
@@ -50,12 +59,18 @@ pub(crate) fn check(a: &MatrixMeta, b: &MatrixMeta, c: &MatrixMeta) -> Result<()
 
 pub(crate) fn plan(job: uuid::Uuid, a: &MatrixMeta, b: &MatrixMeta, c: &MatrixMeta) -> Result<Plan, PlanError> {
     check(a, b, c)?;
-    let order: Vec<MatmulTask> = (0..c.block_rows()).flat_map(|i| (0..c.block_cols()).map(move |j| MatmulTask { i, j })).collect();
+    let order: Vec<MatmulTask> = task_order(c.block_rows(), c.block_cols()).collect();
     let tasks = order.iter().map(job::encode_task).collect();
     // Any order is right: a slave that holds a task's row of A or column
-    // of B takes it first.
+    // of B takes it first (dequeues near a slave's cache).
     let inputs = order.iter().map(|t| (0..a.block_cols()).flat_map(|k| [a.block_id(t.i, k), b.block_id(k, t.j)]).collect()).collect();
     Ok(Plan { bags: vec![PlannedBag { name: job::bag_name(job, "matmul"), tasks, inputs }], initial_small: vec![] })
+}
+
+/// The bag's order: block rows of `C` top to bottom, even rows left to
+/// right, odd rows right to left (see the module doc).
+fn task_order(block_rows: u32, block_cols: u32) -> impl Iterator<Item = MatmulTask> {
+    (0..block_rows).flat_map(move |i| (0..block_cols).map(move |c| MatmulTask { i, j: if i % 2 == 0 { c } else { block_cols - 1 - c } }))
 }
 
 pub(crate) fn run(a: &MatrixMeta, b: &MatrixMeta, c: &MatrixMeta, task: &[u8], ctx: &mut dyn TaskCtx) -> Result<TaskOutcome, TaskError> {

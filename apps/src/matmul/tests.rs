@@ -34,6 +34,40 @@ fn matches_incore_dgemm_across_block_boundaries() {
 }
 
 #[test]
+fn plan_is_serpentine_and_covers_every_block_once() {
+    use super::MatmulTask;
+    use crate::job::decode_task;
+    for (m, n, b) in [(64u64, 64u64, 8u32), (40, 24, 8), (24, 41, 8), (8, 8, 8), (8, 30, 8), (30, 8, 8)] {
+        let a = MatrixMeta::new("A", m, 16, b);
+        let bm = MatrixMeta::new("B", 16, n, b);
+        let c = MatrixMeta::new("C", m, n, b);
+        let spec = JobSpec::Matmul { job: uuid::Uuid::new_v4(), a, b: bm, c: c.clone() };
+        let p = plan(&spec).unwrap();
+        assert_eq!(p.bags.len(), 1);
+        let tasks: Vec<MatmulTask> = p.bags[0].tasks.iter().map(|t| decode_task(t).unwrap()).collect();
+        let (rows, cols) = (c.block_rows(), c.block_cols());
+        assert_eq!(tasks.len(), (rows * cols) as usize, "m={m} n={n}");
+        let mut seen = std::collections::HashSet::new();
+        for t in &tasks {
+            assert!(c.contains(t.i, t.j) && seen.insert((t.i, t.j)), "m={m} n={n}: {t:?} outside C or twice");
+        }
+        // Row by row; within a row, left to right on even rows and right to
+        // left on odd ones, so consecutive rows meet at the same column.
+        for (i, row) in tasks.chunks(cols as usize).enumerate() {
+            let js: Vec<u32> = row
+                .iter()
+                .map(|t| {
+                    assert_eq!(t.i, i as u32, "m={m} n={n}");
+                    t.j
+                })
+                .collect();
+            let expect: Vec<u32> = if i % 2 == 0 { (0..cols).collect() } else { (0..cols).rev().collect() };
+            assert_eq!(js, expect, "m={m} n={n} row {i}");
+        }
+    }
+}
+
+#[test]
 fn rectangular_and_freivalds() {
     let (mut store, a, b, c, _) = run(130, 70, 45, 32, 9);
     assert!(matmul_vs_dgemm(&mut store, &a, &b, &c).unwrap().passed());
