@@ -163,7 +163,7 @@ async fn run_app(args: &Args, app: &str, client: &Client, slaves: &mut Slaves) -
         "matmul" => {
             crate::matrix::create(client, "A", n, n, b, MatrixKind::Random, 1, true).await?;
             crate::matrix::create(client, "B", n, n, b, MatrixKind::Random, 2, true).await?;
-            jobs::submit_matmul(client, "A", "B", "C", false).await?
+            jobs::submit_matmul(client, "A", "B", "C", false, jobs::MatmulOrder::Nearest).await?
         }
         "cholesky" => {
             let a = meta(&crate::matrix::create(client, "S", n, n, b, MatrixKind::Spd, 3, true).await?);

@@ -138,14 +138,8 @@ pub(crate) async fn submit(cmd: Submit) -> anyhow::Result<()> {
     };
     let id = match cmd {
         Submit::Matmul { a, b, out, force, gang, order, .. } => match gang.spec()? {
-            None if order != MatmulOrder::Nearest => {
-                let (a, b) = (meta(&client.matrix_by_name(&a).await?), meta(&client.matrix_by_name(&b).await?));
-                let c = create_output(&client, &out, force, &AppRequest::Matmul { a: &a, b: &b }).await?;
-                let layout = if order == MatmulOrder::Rows { Layout::InOrder } else { Layout::TwoLevel };
-                submit_planned(&client, JobSpec::Matmul { job: Uuid::new_v4(), a, b, c }, None, layout).await?
-            }
             Some(_) if order != MatmulOrder::Nearest => bail!("--order applies to the bag of tasks, not to a gang (--ranks)"),
-            None => submit_matmul(&client, &a, &b, &out, force).await?,
+            None => submit_matmul(&client, &a, &b, &out, force, order).await?,
             Some(gang) => {
                 let a = meta(&client.matrix_by_name(&a).await?);
                 let b = meta(&client.matrix_by_name(&b).await?);
@@ -190,12 +184,12 @@ pub(crate) async fn submit(cmd: Submit) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(crate) async fn submit_matmul(client: &Client, a: &str, b: &str, out: &str, force: bool) -> anyhow::Result<Uuid> {
+pub(crate) async fn submit_matmul(client: &Client, a: &str, b: &str, out: &str, force: bool, order: MatmulOrder) -> anyhow::Result<Uuid> {
     // The store's NotFound names the matrix already.
     let a = meta(&client.matrix_by_name(a).await?);
     let b = meta(&client.matrix_by_name(b).await?);
     let c = create_output(client, out, force, &AppRequest::Matmul { a: &a, b: &b }).await?;
-    submit_spec(client, JobSpec::Matmul { job: Uuid::new_v4(), a, b, c }).await
+    submit_planned(client, JobSpec::Matmul { job: Uuid::new_v4(), a, b, c }, None, order).await
 }
 
 /// Checks the inputs fit, then creates the single output matrix (with
@@ -228,20 +222,12 @@ pub(crate) async fn submit_spec(client: &Client, spec: JobSpec) -> anyhow::Resul
 
 /// [`submit_spec`], as a gang job of one bag of rank tasks with `gang`.
 pub(crate) async fn submit_spec_with(client: &Client, spec: JobSpec, gang: Option<record::gang::GangSpec>) -> anyhow::Result<Uuid> {
-    submit_planned(client, spec, gang, Layout::Nearest).await
+    submit_planned(client, spec, gang, MatmulOrder::Nearest).await
 }
 
-/// How a job's tasks are laid out in its bags (`master submit matmul
-/// --order`): telling the queue what each reads, in order, or as a
-/// two-level bag.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Layout {
-    Nearest,
-    InOrder,
-    TwoLevel,
-}
-
-async fn submit_planned(client: &Client, spec: JobSpec, gang: Option<record::gang::GangSpec>, layout: Layout) -> anyhow::Result<Uuid> {
+/// `order` lays out a multiply's tasks (`--order`); other jobs' bags give
+/// the queue their inputs where their plan has them, as `Nearest` does.
+async fn submit_planned(client: &Client, spec: JobSpec, gang: Option<record::gang::GangSpec>, order: MatmulOrder) -> anyhow::Result<Uuid> {
     let outputs: Vec<Uuid> = match &spec {
         JobSpec::Matmul { c, .. } => vec![c.id.0],
         JobSpec::Cholesky { l, .. } => vec![l.id.0],
@@ -249,7 +235,7 @@ async fn submit_planned(client: &Client, spec: JobSpec, gang: Option<record::gan
         JobSpec::Raytrace { .. } => vec![],
     };
     let result = async {
-        let mut plan = if layout == Layout::TwoLevel { apps::job::plan_two_level(&spec)? } else { plan(&spec)? };
+        let mut plan = if order == MatmulOrder::TwoLevel { apps::job::plan_two_level(&spec)? } else { plan(&spec)? };
         if let Some(gang) = &gang {
             plan = apps::job::Plan { bags: vec![crate::gang_cmd::rank_bag(&spec, gang)?], initial_small: vec![] };
         }
@@ -265,7 +251,7 @@ async fn submit_planned(client: &Client, spec: JobSpec, gang: Option<record::gan
         }
         let record = JobRecord {
             bags: plan.bags.iter().map(|b| b.name.clone()).collect(),
-            n_tasks: if layout == Layout::TwoLevel { two_level_counts(&spec, &plan) } else { task_counts(&spec, &plan) },
+            n_tasks: if order == MatmulOrder::TwoLevel { two_level_counts(&spec, &plan) } else { task_counts(&spec, &plan) },
             spec: spec.clone(),
             submitted_ms: record::now_ms(),
             gang,
@@ -277,7 +263,7 @@ async fn submit_planned(client: &Client, spec: JobSpec, gang: Option<record::gan
         }
         for bag in &plan.bags {
             for (k, t) in bag.tasks.iter().enumerate() {
-                let given = bag.inputs.get(k).filter(|_| layout == Layout::Nearest);
+                let given = bag.inputs.get(k).filter(|_| order == MatmulOrder::Nearest);
                 let inputs: Vec<_> = given.map_or(&[][..], Vec::as_slice).iter().map(|b| (b.matrix.0, b.i, b.j)).collect();
                 a.enqueue_near(&bag.name, t, &inputs).await?;
             }

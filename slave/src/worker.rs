@@ -394,6 +394,8 @@ impl Slave {
             let asked = Instant::now();
             // Only the element's holder runs its tasks, and an earlier
             // holder's actions ended with its session: committed or never.
+            // (Its counts of earlier holders do not say: a store restart
+            // forgets them.)
             if self.client.peek_small(&done(*seq)).await?.is_some() {
                 continue;
             }
