@@ -576,9 +576,11 @@ pub(crate) fn read_for_update(ctx: &mut dyn TaskCtx, m: &MatrixMeta, i: u32, j: 
     Ok(blk)
 }
 
-/// Decodes a JSON task descriptor.
+/// Decodes a JSON task descriptor. A ranked element (`queue::ranked`)
+/// reaches tasks without its rank from the store's bags, but with it from
+/// an executor that queues payloads as they are ([`crate::mem`]).
 pub(crate) fn decode_task<T: serde::de::DeserializeOwned>(task: &[u8]) -> Result<T, TaskError> {
-    serde_json::from_slice(task).map_err(|e| TaskError::BadTask { reason: e.to_string() })
+    serde_json::from_slice(queue::split_rank(task).1).map_err(|e| TaskError::BadTask { reason: e.to_string() })
 }
 
 /// Encodes a JSON task descriptor (cannot fail for our plain structs).

@@ -286,7 +286,7 @@ async fn submit_planned(client: &Client, spec: JobSpec, gang: Option<record::gan
 /// How many tasks each bag runs in all: what the plan enqueues, except
 /// that a dag's bag (the first) starts with the ready tasks and grows by
 /// one task per dependency counter (committing tasks enqueue their
-/// successors). A pivoted LU dag has a second, plain bag after it.
+/// successors). A partial-pivoting LU dag has a second, plain bag after it.
 fn task_counts(spec: &JobSpec, plan: &apps::job::Plan) -> Vec<usize> {
     let mut counts: Vec<usize> = plan.bags.iter().map(|b| b.tasks.len()).collect();
     if let (JobSpec::Cholesky { variant: CholeskyVariant::Dag, .. } | JobSpec::Lu { schedule: LuSchedule::Dag, .. }, Some(first)) =

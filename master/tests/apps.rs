@@ -227,10 +227,10 @@ fn lu_tasks(pivot: bool, schedule: &str, p: usize) -> usize {
 }
 
 /// Tournament pivoting: per panel of `m > 1` blocks a tree of `m − 1`
-/// tasks and `m − 1` updates, the last panel one task, then a left swap
-/// per column but the last.
+/// tasks and `m − 1` updates, the last panel one task, and each panel's
+/// interchanges applied to every column left of it.
 fn tournament_tasks(p: usize) -> usize {
-    (2..=p).map(|m| 2 * (m - 1)).sum::<usize>() + 1 + p - 1
+    (2..=p).map(|m| 2 * (m - 1)).sum::<usize>() + 1 + p * (p - 1) / 2
 }
 
 fn blocks(n: u64, b: u32) -> usize {

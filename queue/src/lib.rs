@@ -22,6 +22,15 @@
 //! bags.abort(ActionId(2), false);
 //! assert!(matches!(bags.dequeue(ActionId(3), "work"), Dequeue::Task(_)));
 //! ```
+//!
+//! An element may carry a rank ([`ranked`]): free elements are handed out
+//! lowest rank first, then by position, so a dag can put its critical path
+//! ahead of work released earlier, and off-path work (a tournament LU's
+//! left swaps) behind it. An element without one ranks [`UNRANKED`], after
+//! every ranked element; a bag of such elements is FIFO. An aborted element
+//! goes back to its old position within its rank. The rank travels in the
+//! payload (the store persists payloads as they are, so a restarted node
+//! keeps it), and dequeues hand the payload out without it.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -97,6 +106,30 @@ pub struct BagStats {
 /// block rows of a multiply, few enough that a dequeue stays cheap.
 pub const LOCALITY_WINDOW: usize = 64;
 
+/// The rank of an element enqueued without one.
+pub const UNRANKED: u32 = u32::MAX;
+
+/// Opens a ranked payload: no payload of the apps (JSON) or of tests
+/// starts with a NUL byte.
+const RANK_TAG: [u8; 4] = *b"\0rk:";
+
+/// `payload` as an element of rank `rank` (lower ranks are dequeued first).
+pub fn ranked(rank: u32, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(RANK_TAG.len() + 4 + payload.len());
+    v.extend_from_slice(&RANK_TAG);
+    v.extend_from_slice(&rank.to_be_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+/// An element's rank and its payload without the rank.
+pub fn split_rank(stored: &[u8]) -> (u32, &[u8]) {
+    match stored.strip_prefix(&RANK_TAG[..]) {
+        Some(&[a, b, c, d, ref rest @ ..]) => (u32::from_be_bytes([a, b, c, d]), rest),
+        _ => (UNRANKED, stored),
+    }
+}
+
 /// The dead-letter bag of a bag.
 pub fn dead_letter_bag(bag: &str) -> String {
     format!("{bag}.dead")
@@ -104,6 +137,7 @@ pub fn dead_letter_bag(bag: &str) -> String {
 
 #[derive(Clone, Debug)]
 struct Entry {
+    /// As enqueued and persisted: with its rank, if it has one.
     payload: Vec<u8>,
     attempts: u32,
     returns: u32,
@@ -117,13 +151,23 @@ impl Entry {
     fn new(payload: Vec<u8>, attempts: u32) -> Self {
         Entry { payload, attempts, returns: 0, locality: Box::default() }
     }
+
+    /// Where it waits among the free elements: by rank, then position.
+    fn key(&self, seq: u64) -> (u32, u64) {
+        (split_rank(&self.payload).0, seq)
+    }
+
+    /// The payload handed out: without its rank.
+    fn handed_out(&self) -> Vec<u8> {
+        split_rank(&self.payload).1.to_vec()
+    }
 }
 
 #[derive(Debug, Default)]
 struct Bag {
-    /// Free elements by position: the first is the next to hand out, so a
-    /// dequeue costs O(log n) whatever the queue length.
-    free: BTreeMap<u64, Entry>,
+    /// Free elements by rank and position: the first is the next to hand
+    /// out, so a dequeue costs O(log n) whatever the queue length.
+    free: BTreeMap<(u32, u64), Entry>,
     taken: HashMap<u64, (ActionId, Entry)>,
     /// Elements of commits whose batch is being written: the store may
     /// already show what those commits wrote (a job record, say) while the
@@ -133,6 +177,10 @@ struct Bag {
 }
 
 impl Bag {
+    fn put_free(&mut self, seq: u64, entry: Entry) {
+        self.free.insert(entry.key(seq), entry);
+    }
+
     fn is_empty(&self) -> bool {
         self.free.is_empty() && self.taken.is_empty() && self.incoming == 0
     }
@@ -183,12 +231,12 @@ impl Bags {
     pub fn load(&mut self, bag: &str, seq: u64, payload: Vec<u8>, attempts: u32) {
         let b = self.bags.entry(bag.to_owned()).or_default();
         b.next_seq = b.next_seq.max(seq + 1);
-        b.free.insert(seq, Entry::new(payload, attempts));
+        b.put_free(seq, Entry::new(payload, attempts));
     }
 
     pub fn dequeue(&mut self, action: ActionId, bag: &str) -> Dequeue {
         let Some(b) = self.bags.get_mut(bag) else { return Dequeue::Empty };
-        let Some((seq, entry)) = b.free.pop_first() else {
+        let Some(((_, seq), entry)) = b.free.pop_first() else {
             return if b.is_empty() { Dequeue::Empty } else { Dequeue::NoneAvailable };
         };
         self.hand_out(action, bag, seq, entry)
@@ -205,22 +253,22 @@ impl Bags {
     /// [`Bags::dequeue`] does.
     pub fn dequeue_nearest(&mut self, action: ActionId, bag: &str, score: &mut dyn FnMut(&[u8]) -> usize) -> Dequeue {
         let Some(b) = self.bags.get_mut(bag) else { return Dequeue::Empty };
-        let mut best: Option<(u64, usize)> = None;
-        for (n, (&seq, e)) in b.free.iter().enumerate() {
+        let mut best: Option<((u32, u64), usize)> = None;
+        for (n, (&key, e)) in b.free.iter().enumerate() {
             let returned = n == 0 && (e.attempts > 0 || e.returns > 0);
             if e.locality.is_empty() || returned || n == LOCALITY_WINDOW {
                 break;
             }
             let s = score(&e.locality);
             if best.is_none_or(|(_, top)| s > top) {
-                best = Some((seq, s));
+                best = Some((key, s));
             }
         }
         let picked = match best {
-            Some((seq, _)) => b.free.remove_entry(&seq),
+            Some((key, _)) => b.free.remove_entry(&key),
             None => b.free.pop_first(),
         };
-        let Some((seq, entry)) = picked else {
+        let Some(((_, seq), entry)) = picked else {
             return if b.is_empty() { Dequeue::Empty } else { Dequeue::NoneAvailable };
         };
         self.hand_out(action, bag, seq, entry)
@@ -228,13 +276,14 @@ impl Bags {
 
     fn hand_out(&mut self, action: ActionId, bag: &str, seq: u64, entry: Entry) -> Dequeue {
         let b = self.bags.get_mut(bag).expect("the element's bag exists");
-        let out = Dequeued { bag: bag.to_owned(), seq, payload: entry.payload.clone(), attempts: entry.attempts, returns: entry.returns };
+        let out = Dequeued { bag: bag.to_owned(), seq, payload: entry.handed_out(), attempts: entry.attempts, returns: entry.returns };
         b.taken.insert(seq, (action, entry));
         self.held.entry(action).or_default().push((bag.to_owned(), seq));
         Dequeue::Task(out)
     }
 
-    /// Enqueues at the tail; visible when the top-level action commits.
+    /// Enqueues at the tail (of its rank, [`ranked`]); visible when the
+    /// top-level action commits.
     pub fn enqueue(&mut self, action: ActionId, bag: &str, payload: Vec<u8>) {
         self.enqueue_near(action, bag, payload, Vec::new());
     }
@@ -293,19 +342,19 @@ impl Bags {
                         Dequeued {
                             bag: dead.clone(),
                             seq: dseq,
-                            payload: entry.payload.clone(),
+                            payload: entry.handed_out(),
                             attempts: entry.attempts,
                             returns: entry.returns,
                         },
                     ));
-                    d.free.insert(dseq, entry);
+                    d.put_free(dseq, entry);
                     out.touched.push(bag);
                     out.touched.push(dead);
                     continue;
                 }
                 out.mutations.push(Mutation::Put { bag: bag.clone(), seq, payload: entry.payload.clone(), attempts: entry.attempts });
             }
-            self.bags.get_mut(&bag).expect("exists").free.insert(seq, entry);
+            self.bags.get_mut(&bag).expect("exists").put_free(seq, entry);
             out.touched.push(bag);
         }
         out.touched.sort();
@@ -348,7 +397,7 @@ impl Bags {
             let b = self.bags.get_mut(&bag).expect("exists");
             let (_, entry) = b.taken.remove(&seq).expect("taken by the committing action");
             if !durable {
-                b.free.insert(seq, entry);
+                b.put_free(seq, entry);
             }
             touched.push(bag);
         }
@@ -356,7 +405,7 @@ impl Bags {
             let b = self.bags.get_mut(&bag).expect("reserved");
             b.incoming -= 1;
             if durable {
-                b.free.insert(seq, entry);
+                b.put_free(seq, entry);
             }
             touched.push(bag);
         }
@@ -386,17 +435,12 @@ impl Bags {
         v
     }
 
-    /// Payloads of a bag's elements in queue order (free and taken).
+    /// Payloads of a bag's elements by position (free and taken).
     pub fn peek_all(&self, bag: &str) -> Vec<Dequeued> {
         let Some(b) = self.bags.get(bag) else { return Vec::new() };
-        let record = |seq: u64, e: &Entry| Dequeued {
-            bag: bag.to_owned(),
-            seq,
-            payload: e.payload.clone(),
-            attempts: e.attempts,
-            returns: e.returns,
-        };
-        let mut v: Vec<_> = b.free.iter().map(|(s, e)| record(*s, e)).collect();
+        let record =
+            |seq: u64, e: &Entry| Dequeued { bag: bag.to_owned(), seq, payload: e.handed_out(), attempts: e.attempts, returns: e.returns };
+        let mut v: Vec<_> = b.free.iter().map(|((_, s), e)| record(*s, e)).collect();
         v.extend(b.taken.iter().map(|(s, (_, e))| record(*s, e)));
         v.sort_by_key(|d| d.seq);
         v

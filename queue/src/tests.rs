@@ -243,3 +243,49 @@ fn locality_looks_only_a_window_ahead() {
     assert_eq!(take_nearest(&mut bags, 10, "b", b"z").payload, b"t0", "past the window: in order");
     assert_eq!(take_nearest(&mut bags, 11, "b", b"z").payload, b"far", "now inside it");
 }
+#[test]
+fn lower_ranks_go_first_and_an_abort_keeps_the_rank() {
+    let mut bags = Bags::new(3);
+    bags.enqueue(ActionId(1), "b", b"plain".to_vec());
+    bags.enqueue(ActionId(1), "b", ranked(5, b"r5"));
+    bags.enqueue(ActionId(1), "b", ranked(2, b"r2"));
+    bags.enqueue(ActionId(1), "b", ranked(5, b"r5 later"));
+    let muts = bags.prepare_commit(ActionId(1));
+    bags.finish_commit(ActionId(1), true);
+    // Persisted with the rank, handed out without it.
+    assert!(muts.contains(&Mutation::Put { bag: "b".into(), seq: 2, payload: ranked(2, b"r2"), attempts: 0 }));
+    assert_eq!(take(&mut bags, 10, "b").payload, b"r2");
+    let t = take(&mut bags, 11, "b");
+    assert_eq!(t.payload, b"r5");
+    bags.abort(ActionId(11), true);
+    assert_eq!(take(&mut bags, 12, "b").payload, b"r5", "back first within its rank");
+    assert_eq!(take(&mut bags, 13, "b").payload, b"r5 later");
+    assert_eq!(take(&mut bags, 14, "b").payload, b"plain", "unranked after every ranked element");
+    assert_eq!(
+        bags.peek_all("b").iter().map(|d| d.payload.clone()).collect::<Vec<_>>(),
+        vec![b"plain".to_vec(), b"r5".to_vec(), b"r2".to_vec(), b"r5 later".to_vec()]
+    );
+}
+
+#[test]
+fn a_loaded_element_keeps_its_rank() {
+    let mut bags = Bags::new(3);
+    bags.load("b", 0, b"plain".to_vec(), 0);
+    bags.load("b", 1, ranked(0, b"first"), 1);
+    let t = take(&mut bags, 1, "b");
+    assert_eq!((t.seq, t.payload.as_slice(), t.attempts), (1, &b"first"[..], 1));
+    assert_eq!(split_rank(&ranked(7, b"x")), (7, &b"x"[..]));
+    assert_eq!(split_rank(b"{\"k\":1}"), (UNRANKED, &b"{\"k\":1}"[..]));
+}
+
+#[test]
+fn a_nearest_dequeue_scans_by_rank() {
+    let mut bags = Bags::new(3);
+    bags.enqueue_near(ActionId(1), "b", ranked(9, b"late, held"), vec![1]);
+    bags.enqueue_near(ActionId(1), "b", ranked(1, b"early, not held"), vec![2]);
+    bags.prepare_commit(ActionId(1));
+    bags.finish_commit(ActionId(1), true);
+    // The window is taken in rank order; the caller's cache picks within it.
+    assert_eq!(take_nearest(&mut bags, 2, "b", &[1]).payload, b"late, held");
+    assert_eq!(take_nearest(&mut bags, 3, "b", &[1]).payload, b"early, not held");
+}

@@ -101,7 +101,7 @@ pub(crate) struct Writes {
     /// task's (shared by the slave's tasks): they count against the
     /// prefetch budget, so a slave never holds more blocks than without
     /// write-behind.
-    in_flight: Arc<AtomicUsize>,
+    in_flight: Arc<PutsInFlight>,
     /// What the prefetch budget is counted in (shared by the slave's
     /// tasks).
     largest_block: Arc<LargestBlock>,
@@ -151,7 +151,7 @@ enum Target {
 }
 
 impl Writes {
-    pub(crate) fn new(in_flight: Arc<AtomicUsize>, largest_block: Arc<LargestBlock>) -> Self {
+    pub(crate) fn new(in_flight: Arc<PutsInFlight>, largest_block: Arc<LargestBlock>) -> Self {
         Writes { running: Vec::new(), in_flight, largest_block }
     }
 
@@ -172,18 +172,20 @@ impl Writes {
         first
     }
 
-    /// Before a task starts another put: while the slave has as many
-    /// block puts running as it may hold blocks ahead (two at least),
-    /// waits for this task's oldest. A task that writes faster than the
-    /// node takes its blocks (a tournament LU's left swap copies rows and
-    /// computes nothing) otherwise held every block it had written:
-    /// slaves peaked at six 32 MiB blocks there, against five in every
-    /// other task.
-    fn make_room_for_put(&mut self, rt: &Handle) -> Result<(), CtxError> {
+    /// Before a task takes another block buffer (a put, or a read the
+    /// prefetch budget does not count): while the slave has as many block
+    /// puts running as it may hold blocks ahead (two at least), waits for
+    /// this task's oldest, or for the previous task's. A task that writes
+    /// faster than the node takes its blocks (a tournament LU's swaps copy
+    /// rows and compute nothing) otherwise held every block it had written,
+    /// and one that reads for update while the previous task's last puts
+    /// still run held those besides its own: slaves peaked at six 32 MiB
+    /// blocks, against five in every other task.
+    fn make_room(&mut self, rt: &Handle) -> Result<(), CtxError> {
         let most = self.largest_block.blocks_ahead().max(2);
-        while self.in_flight.load(Ordering::SeqCst) >= most {
+        while self.in_flight.load() >= most {
             let Some(pos) = self.running.iter().position(|(t, _)| matches!(t, Target::Block(_))) else {
-                // Only the previous task's puts run: its ending waits for them.
+                self.in_flight.wait_below(rt, most);
                 return Ok(());
             };
             let (_, h) = self.running.remove(pos);
@@ -218,12 +220,56 @@ fn write_task_failed(e: tokio::task::JoinError) -> StoreError {
     StoreError::StoreUnavailable { what: format!("write-behind task failed: {e}") }
 }
 
-/// Decrements the in-flight count when a put ends, however it ends.
-struct InFlight(Arc<AtomicUsize>);
+/// Block puts not yet finished, over the slave's tasks (the previous
+/// task's ending included), with a wake-up as each ends.
+#[derive(Debug, Default)]
+pub(crate) struct PutsInFlight {
+    count: AtomicUsize,
+    ended: tokio::sync::Notify,
+}
+
+/// How long a task waits for another task's puts before it goes on anyway
+/// (one of them might wait for a lock this task holds; the lock's timeout
+/// would end it, but a task need not wait that long to hold one block
+/// more).
+const OTHERS_PUTS_WAIT: Duration = Duration::from_secs(5);
+
+impl PutsInFlight {
+    fn load(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    fn started(self: &Arc<Self>) -> InFlight {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        InFlight(self.clone())
+    }
+
+    /// Waits (on the task's thread) until fewer than `most` puts run, or
+    /// [`OTHERS_PUTS_WAIT`] passed.
+    fn wait_below(&self, rt: &Handle, most: usize) {
+        let deadline = tokio::time::Instant::now() + OTHERS_PUTS_WAIT;
+        loop {
+            // Created before the count is read: a put ending in between
+            // still wakes it.
+            let ended = self.ended.notified();
+            if self.load() < most {
+                return;
+            }
+            if rt.block_on(async { tokio::time::timeout_at(deadline, ended).await }).is_err() {
+                tracing::debug!(running = self.load(), "went on beside other tasks' puts");
+                return;
+            }
+        }
+    }
+}
+
+/// Counts a put out when it ends, however it ends.
+struct InFlight(Arc<PutsInFlight>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.0.count.fetch_sub(1, Ordering::SeqCst);
+        self.0.ended.notify_waiters();
     }
 }
 
@@ -293,7 +339,7 @@ impl StoreCtx<'_> {
 
     fn top_up(&mut self) {
         let ahead = self.writes.largest_block.blocks_ahead();
-        while self.prefetch.running.len() + self.writes.in_flight.load(Ordering::SeqCst) < ahead {
+        while self.prefetch.running.len() + self.writes.in_flight.load() < ahead {
             let Some(id) = self.prefetch.queued.pop_front() else {
                 break;
             };
@@ -337,6 +383,7 @@ impl TaskCtx for StoreCtx<'_> {
             if let Some(pos) = self.prefetch.queued.iter().position(|q| *q == id) {
                 self.prefetch.queued.remove(pos);
             }
+            self.writes.make_room(&self.rt)?;
             self.rt.block_on(self.action.get_block(id.matrix.0, id.i, id.j)).map_err(ctx_error)?
         };
         self.waits.count(running.is_some(), started.elapsed());
@@ -352,6 +399,7 @@ impl TaskCtx for StoreCtx<'_> {
 
     fn read_block_for_update(&mut self, id: BlockId) -> Result<Block, CtxError> {
         self.writes.settle_block(&self.rt, id)?;
+        self.writes.make_room(&self.rt)?;
         let started = Instant::now();
         let b = self.rt.block_on(self.action.get_block_for_update(id.matrix.0, id.i, id.j)).map_err(ctx_error)?;
         self.waits.count(false, started.elapsed());
@@ -366,12 +414,11 @@ impl TaskCtx for StoreCtx<'_> {
     fn write_block_owned(&mut self, id: BlockId, block: Block) -> Result<(), CtxError> {
         let started = Instant::now();
         self.writes.settle_block(&self.rt, id)?;
-        self.writes.make_room_for_put(&self.rt)?;
+        self.writes.make_room(&self.rt)?;
         let data = BlockData { rows: block.rows, cols: block.cols, data: block.data };
         self.writes.moved(&data);
         let writer = self.action.block_writer();
-        self.writes.in_flight.fetch_add(1, Ordering::SeqCst);
-        let guard = InFlight(self.writes.in_flight.clone());
+        let guard = self.writes.in_flight.started();
         let h = self.rt.spawn(async move {
             let _guard = guard;
             writer.put_block(id.matrix.0, id.i, id.j, data).await
@@ -459,6 +506,27 @@ impl TaskCtx for StoreCtx<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::PutsInFlight;
+    use std::sync::Arc;
+
+    /// A task waiting for room finds it only once another task's put ended.
+    #[test]
+    fn a_task_waits_for_other_tasks_puts() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let puts = Arc::new(PutsInFlight::default());
+        let (first, second) = (puts.started(), puts.started());
+        // The "previous task's" first put ends a little later, on the runtime.
+        rt.spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            drop(first);
+        });
+        puts.wait_below(rt.handle(), 2);
+        assert_eq!(puts.load(), 1, "went on while two puts ran");
+        drop(second);
+        assert_eq!(puts.load(), 0);
+        puts.wait_below(rt.handle(), 1);
+    }
+
     /// The model predicts this slave's overlap from its prefetch budget.
     #[test]
     fn the_model_knows_the_prefetch_budget() {

@@ -1,7 +1,6 @@
 //! The slave loop (DESIGN §6, `003…` Fig. 2.3), with reconnection: a slave
 //! outlives store-node restarts.
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -150,7 +149,7 @@ struct Slave {
     /// (`TaskDone::prev_ending_us`); cleared at each job's start.
     last_ending: Option<Duration>,
     /// Block puts not yet finished, over both tasks (see `ctx::Writes`).
-    in_flight: Arc<AtomicUsize>,
+    in_flight: Arc<crate::ctx::PutsInFlight>,
     largest_block: Arc<LargestBlock>,
     /// The submit counter as read just before the last scan for jobs.
     submitted: u64,
@@ -186,7 +185,7 @@ impl Slave {
             session,
             finishing: None,
             last_ending: None,
-            in_flight: Arc::new(AtomicUsize::new(0)),
+            in_flight: Arc::default(),
             largest_block: Arc::default(),
             submitted: 0,
             kill,

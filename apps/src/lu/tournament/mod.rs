@@ -25,14 +25,23 @@
 //!   most `b`) are taken once, as the gather reads the diagonal block, and
 //!   held: reading the diagonal block again for every block that receives
 //!   some was about a quarter of an update's reads.
-//! - then, in a second bag, `LeftSwap{m}`: each later panel's interchanges
-//!   applied to the `L` blocks of column `m`, panel by panel, holding the
-//!   diagonal block, its replacement and one other block.
+//! - `Swap{k,j=m}` for `m < k`: panel `k`'s interchanges applied to the `L`
+//!   blocks of column `m`, holding the diagonal block, its replacement and
+//!   one other block.
 //!
 //! Dependencies: a node of panel `k + 1` that reads a block itself waits
-//! for `Update{k,k+1}`, and every node for its children that are tasks; `Update{k,j}` for the root of `k` and
-//! `Update{k−1,j}`. So the tree of panel `k + 1` runs beside the rest of
-//! step `k`'s updates. The first step reads A itself (no copy bag).
+//! for `Update{k,k+1}`, and every node for its children that are tasks;
+//! `Update{k,j}` for the root of `k` and `Update{k−1,j}`; `Swap{k,j=m}` for
+//! the root of `k` and `Swap{k−1,m}`, or, the first swap of a column, for
+//! every update of step `m` (they read `L(·,m)` in step `m`'s row order).
+//! So the tree of panel `k + 1` runs beside the rest of step `k`'s updates,
+//! and the swaps wherever a slave would otherwise wait.
+//!
+//! The elements are ranked ([`rank`], `queue::ranked`): the critical path
+//! (panel `k`'s tree and root, `Update{k,k+1}`, panel `k + 1`'s tree) ahead
+//! of the trailing updates released before it, which FIFO put first, and
+//! the swaps, which nothing waits for, behind everything else. The first
+//! step reads A itself (no copy bag).
 
 use super::{counter_key, dag_bag, decode_pivots, pivots_key, LuTask};
 use crate::block::MatrixMeta;
@@ -49,19 +58,36 @@ pub fn candidates_key(job: uuid::Uuid, k: u32, level: u32, idx: u32) -> String {
     format!("{job}/lu/cand/{k}/{level}/{idx}")
 }
 
-/// The dag's tasks in bag order: step by step, each panel's tree first.
+/// The dag's tasks: step by step, each panel's tree, its updates, then
+/// its interchanges applied to the columns left of it.
 fn all_tasks(p: u32) -> Vec<LuTask> {
     (0..p)
         .flat_map(|k| {
             let tree = tree::tasks(p - k).into_iter().map(move |(level, idx)| LuTask::Pick { k, level, idx });
-            tree.chain((k + 1..p).map(move |j| LuTask::Update { k, j }))
+            tree.chain((k + 1..p).map(move |j| LuTask::Update { k, j })).chain((0..k).map(move |m| LuTask::Swap { k, j: m }))
         })
         .collect()
 }
 
+/// The rank of the swaps, behind every other task.
+const SWAPS: u32 = 1 << 31;
+
+/// A task's rank in the dag's bag (lowest first): by the column whose
+/// panel it brings nearer, and within a column a tree's levels nearer its
+/// root first, then updates by step; the swaps last, by panel.
+fn rank(t: LuTask) -> u32 {
+    let (column, within) = match t {
+        LuTask::Pick { k, level, .. } => (k, 64u32.saturating_sub(level)),
+        LuTask::Update { k, j } => (j, 128 + k.min(127)),
+        LuTask::Swap { k, j: m } => return SWAPS.saturating_add(k.saturating_mul(1 << 16)).saturating_add(m),
+        _ => (0, 0),
+    };
+    column.saturating_mul(256).saturating_add(within)
+}
+
 /// The bag element of dag task `t`.
 fn element(t: LuTask) -> Vec<u8> {
-    job::encode_task(&t)
+    queue::ranked(rank(t), &job::encode_task(&t))
 }
 
 /// Whether tree task `node` of a panel of `m` blocks reads a block itself
@@ -79,6 +105,9 @@ fn n_deps(p: u32, t: LuTask) -> u32 {
             tasks + u32::from(k > 0 && reads_blocks(m, (level, idx)))
         }
         LuTask::Update { k, .. } => 1 + u32::from(k > 0),
+        // The root of `k`, and the swap before it, or step `m`'s updates.
+        LuTask::Swap { k, j: m } if k == m + 1 => 1 + (p - 1 - m),
+        LuTask::Swap { .. } => 2,
         _ => 0,
     }
 }
@@ -90,7 +119,7 @@ fn successors(p: u32, t: LuTask) -> Vec<LuTask> {
         LuTask::Pick { k, level, idx } => {
             let m = p - k;
             if (level, idx) == (tree::height(m), 0) {
-                (k + 1..p).map(|j| LuTask::Update { k, j }).collect()
+                (k + 1..p).map(|j| LuTask::Update { k, j }).chain((0..k).map(|m| LuTask::Swap { k, j: m })).collect()
             } else {
                 let (level, idx) = tree::parent(m, (level, idx));
                 vec![LuTask::Pick { k, level, idx }]
@@ -100,8 +129,10 @@ fn successors(p: u32, t: LuTask) -> Vec<LuTask> {
             .into_iter()
             .filter(|&n| reads_blocks(p - j, n))
             .map(|(level, idx)| LuTask::Pick { k: j, level, idx })
+            .chain([LuTask::Swap { k: k + 1, j: k }])
             .collect(),
-        LuTask::Update { k, j } => vec![LuTask::Update { k: k + 1, j }],
+        LuTask::Update { k, j } => vec![LuTask::Update { k: k + 1, j }, LuTask::Swap { k: k + 1, j: k }],
+        LuTask::Swap { k, j: m } if k + 1 < p => vec![LuTask::Swap { k: k + 1, j: m }],
         _ => Vec::new(),
     };
     s.sort_unstable();
@@ -113,41 +144,36 @@ pub(super) fn plan(job: uuid::Uuid, p: u32) -> Plan {
     let mut plan = Plan::default();
     let ready = all.iter().filter(|t| n_deps(p, **t) == 0).map(|t| element(*t)).collect();
     plan.bags.push(PlannedBag { name: dag_bag(job), tasks: ready, inputs: Vec::new() });
-    let left: Vec<LuTask> = (0..p.saturating_sub(1)).map(|m| LuTask::LeftSwap { m }).collect();
-    if !left.is_empty() {
-        plan.bags.push(PlannedBag {
-            name: job::bag_name(job, "lu/left-swap"),
-            tasks: left.iter().map(job::encode_task).collect(),
-            inputs: Vec::new(),
-        });
-    }
     plan.initial_small =
         all.iter().filter(|t| n_deps(p, **t) > 0).map(|t| (counter_key(job, *t), n_deps(p, *t).to_le_bytes().to_vec())).collect();
     plan
 }
 
-/// Number of tasks of the job (both bags), as `master` counts them.
+/// Number of tasks of the job, as `master` counts them.
 pub fn n_tasks(p: u32) -> usize {
-    all_tasks(p).len() + p.saturating_sub(1) as usize
+    all_tasks(p).len()
 }
 
 pub(super) fn run(job: uuid::Uuid, a: &MatrixMeta, lu: &MatrixMeta, t: LuTask, ctx: &mut dyn TaskCtx) -> Result<TaskOutcome, TaskError> {
     let p = lu.block_rows();
     let bad = || TaskError::BadTask { reason: format!("LU task {t:?} (p={p}, tournament pivoting)") };
+    let releases = || -> Vec<job::Release> {
+        successors(p, t).iter().map(|s| job::Release { key: counter_key(job, *s), bag: dag_bag(job), task: element(*s) }).collect()
+    };
+    // Released before the last block is written, as every dag task does
+    // (a release sent after a put waits for it); a swap writes every block
+    // it reads, so it releases first (all of it commits at once anyway).
     let (flops, last) = match t {
         LuTask::Pick { k, level, idx } if k < p && tree::is_task(p - k, (level, idx)) => tasks::pick(job, a, lu, k, (level, idx), ctx)?,
         LuTask::Update { k, j } if k < j && j < p => tasks::update(job, a, lu, k, j, ctx)?,
-        LuTask::LeftSwap { m } if m + 1 < p => {
-            tasks::left_swap(job, lu, m, ctx)?;
-            (0.0, Vec::new())
+        LuTask::Swap { k, j: m } if m < k && k < p => {
+            job::release_dependencies(ctx, &releases())?;
+            tasks::left_swap(job, lu, k, m, ctx)?;
+            return Ok(TaskOutcome { flops: 0.0 });
         }
         _ => return Err(bad()),
     };
-    let releases: Vec<job::Release> =
-        successors(p, t).iter().map(|s| job::Release { key: counter_key(job, *s), bag: dag_bag(job), task: element(*s) }).collect();
-    // Released before the last block is written, as every dag task does
-    // (a release sent after a put waits for it).
-    job::release_dependencies(ctx, &releases)?;
+    job::release_dependencies(ctx, &releases())?;
     for (id, block) in last {
         ctx.write_block_owned(id, block)?;
     }

@@ -257,36 +257,35 @@ pub(super) fn update(
     Ok((flops + f, last))
 }
 
-/// `LeftSwap{m}`: the interchanges of panels `m + 1..p`, in order, applied
-/// to the `L` blocks of column `m`: per panel, its diagonal block held
-/// while each block with chosen rows gives them up and takes the displaced
-/// ones, then the new diagonal block written.
-pub(super) fn left_swap(job: uuid::Uuid, lu: &MatrixMeta, m: u32, ctx: &mut dyn TaskCtx) -> Result<(), TaskError> {
-    let p = lu.block_rows();
-    let b = u64::from(lu.block);
-    // Every panel's pivots first: a small read after a block write waits for it.
-    let panels = (m + 1..p).map(|k| Ok((k, panel_rows(job, lu, k, ctx)?))).collect::<Result<Vec<_>, TaskError>>()?;
-    for (k, rows) in panels.into_iter().filter(|(_, r)| !r.is_identity()) {
-        let d = job::read_for_update(ctx, lu, k, m)?;
-        let mut diag = Block::zeros(d.rows, d.cols);
-        let mut blocks = rows.source_blocks(b);
-        blocks.extend(rows.moved_down.keys().map(|&q| (q / b) as u32));
-        blocks.sort_unstable();
-        blocks.dedup();
-        for t in blocks {
-            let first = lu.row_offset(t);
-            let x = if t == k { None } else { Some(job::read_for_update(ctx, lu, t, m)?) };
-            let src = x.as_ref().unwrap_or(&d);
-            let picks: Vec<(usize, usize)> =
-                rows.chosen.iter().enumerate().filter(|(_, &g)| g / b == u64::from(t)).map(|(r, &g)| ((g - first) as usize, r)).collect();
-            copy_rows(src, &picks, &mut diag);
-            if let Some(mut x) = x {
-                copy_rows(&d, &rows.landing_in(t, b), &mut x);
-                ctx.write_block_owned(lu.block_id(t, m), x)?;
-            }
-        }
-        drop(d);
-        ctx.write_block_owned(lu.block_id(k, m), diag)?;
+/// `Swap{k, m}` (`m < k`): panel `k`'s interchanges applied to the `L`
+/// blocks of column `m`: its diagonal block held while each block with
+/// chosen rows gives them up and takes the displaced ones, then the new
+/// diagonal block written. Panels apply in order, each after the last.
+pub(super) fn left_swap(job: uuid::Uuid, lu: &MatrixMeta, k: u32, m: u32, ctx: &mut dyn TaskCtx) -> Result<(), TaskError> {
+    let rows = panel_rows(job, lu, k, ctx)?;
+    if rows.is_identity() {
+        return Ok(());
     }
+    let b = u64::from(lu.block);
+    let d = job::read_for_update(ctx, lu, k, m)?;
+    let mut diag = Block::zeros(d.rows, d.cols);
+    let mut blocks = rows.source_blocks(b);
+    blocks.extend(rows.moved_down.keys().map(|&q| (q / b) as u32));
+    blocks.sort_unstable();
+    blocks.dedup();
+    for t in blocks {
+        let first = lu.row_offset(t);
+        let x = if t == k { None } else { Some(job::read_for_update(ctx, lu, t, m)?) };
+        let src = x.as_ref().unwrap_or(&d);
+        let picks: Vec<(usize, usize)> =
+            rows.chosen.iter().enumerate().filter(|(_, &g)| g / b == u64::from(t)).map(|(r, &g)| ((g - first) as usize, r)).collect();
+        copy_rows(src, &picks, &mut diag);
+        if let Some(mut x) = x {
+            copy_rows(&d, &rows.landing_in(t, b), &mut x);
+            ctx.write_block_owned(lu.block_id(t, m), x)?;
+        }
+    }
+    drop(d);
+    ctx.write_block_owned(lu.block_id(k, m), diag)?;
     Ok(())
 }

@@ -168,7 +168,7 @@ fn random_input_is_interchanged_and_the_tree_meets_every_block() {
     let perm = permutation(&mut store.clone(), spec.job(), lu).unwrap();
     assert_ne!(perm, (0..219).collect::<Vec<_>>());
     // A panel of m > 1 blocks: m − 1 nodes (the root among them); the last, one.
-    let picks = report.tasks.iter().filter(|t| std::str::from_utf8(&t.task).unwrap().contains("\"pick\"")).count();
+    let picks = report.tasks.iter().filter(|t| std::str::from_utf8(queue::split_rank(&t.task).1).unwrap().contains("\"pick\"")).count();
     assert_eq!(picks, (2..=7).map(|m| m - 1).sum::<usize>() + 1);
 }
 
@@ -199,12 +199,53 @@ fn counters_match_the_producers() {
         crate::lu::tests::check_counters(p, &all, successors, |t| n_deps(p, t));
         let n = u64::from(p) * 8;
         let pl = plan(&spec(&MatrixMeta::new("A", n, n, 8), &MatrixMeta::new("LU", n, n, 8))).unwrap();
-        let ready: Vec<LuTask> = pl.bags[0].tasks.iter().map(|t| serde_json::from_slice(t).unwrap()).collect();
+        let ready: Vec<LuTask> = pl.bags[0].tasks.iter().map(|t| serde_json::from_slice(queue::split_rank(t).1).unwrap()).collect();
         // The first panel's nodes that meet two blocks (or its one block) read A and wait for nothing.
         assert_eq!(ready.len(), if p == 1 { 1 } else { p as usize / 2 }, "p={p}");
         assert!(ready.iter().all(|t| matches!(t, LuTask::Pick { k: 0, level, .. } if *level == u32::from(p > 1))), "p={p}: {ready:?}");
         assert_eq!(pl.initial_small.len(), all.len() - ready.len());
     }
+}
+
+/// Every task `t` reaches through successors, `t` included.
+fn reach(p: u32, t: LuTask) -> std::collections::HashSet<LuTask> {
+    let mut seen = std::collections::HashSet::from([t]);
+    let mut todo = vec![t];
+    while let Some(t) = todo.pop() {
+        todo.extend(successors(p, t).into_iter().filter(|s| seen.insert(*s)));
+    }
+    seen
+}
+
+#[test]
+fn a_columns_swaps_follow_its_steps_updates_and_the_panels_in_order() {
+    for p in 2u32..9 {
+        for m in 0..p - 1 {
+            for k in m + 1..p {
+                let swap = LuTask::Swap { k, j: m };
+                // Step m's updates read L(·,m) in that step's row order.
+                for j in m + 1..p {
+                    assert!(reach(p, LuTask::Update { k: m, j }).contains(&swap), "p={p}: {swap:?} before Update{{{m},{j}}}");
+                }
+                let root = LuTask::Pick { k, level: tree::height(p - k), idx: 0 };
+                assert!(reach(p, root).contains(&swap), "p={p}: {swap:?} before its panel's pivots");
+                if k > m + 1 {
+                    assert!(reach(p, LuTask::Swap { k: k - 1, j: m }).contains(&swap), "p={p}: panels out of order");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_critical_path_ranks_first_and_the_swaps_last() {
+    let p = 6;
+    let (next_tree, trailing) = (LuTask::Pick { k: 2, level: 0, idx: 1 }, LuTask::Update { k: 1, j: 4 });
+    assert!(rank(LuTask::Update { k: 1, j: 2 }) < rank(trailing));
+    assert!(rank(next_tree) < rank(trailing), "panel 2's tree ahead of step 1's later updates");
+    let last_update = all_tasks(p).into_iter().filter(|t| !matches!(t, LuTask::Swap { .. })).map(rank).max().unwrap();
+    assert!(rank(LuTask::Swap { k: 1, j: 0 }) > last_update);
+    assert!(rank(LuTask::Swap { k: 1, j: 0 }) < rank(LuTask::Swap { k: 2, j: 0 }));
 }
 
 #[test]
@@ -220,6 +261,9 @@ fn refuses_other_tasks_and_the_bags_schedule() {
         LuTask::Pick { k: 4, level: 0, idx: 0 },
         LuTask::Pick { k: 0, level: 0, idx: 1 },
         LuTask::Update { k: 1, j: 1 },
+        LuTask::Swap { k: 1, j: 1 },
+        LuTask::Swap { k: 4, j: 0 },
+        LuTask::LeftSwap { m: 0 },
     ] {
         let mut ctx = crate::mem::MemCtx::new(&store, s.job());
         let r = crate::job::run_task(&s, &crate::job::encode_task(&t), 0, &mut ctx);
