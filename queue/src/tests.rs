@@ -243,6 +243,7 @@ fn locality_looks_only_a_window_ahead() {
     assert_eq!(take_nearest(&mut bags, 10, "b", b"z").payload, b"t0", "past the window: in order");
     assert_eq!(take_nearest(&mut bags, 11, "b", b"z").payload, b"far", "now inside it");
 }
+
 #[test]
 fn lower_ranks_go_first_and_an_abort_keeps_the_rank() {
     let mut bags = Bags::new(3);

@@ -168,7 +168,7 @@ fn random_input_is_interchanged_and_the_tree_meets_every_block() {
     let perm = permutation(&mut store.clone(), spec.job(), lu).unwrap();
     assert_ne!(perm, (0..219).collect::<Vec<_>>());
     // A panel of m > 1 blocks: m − 1 nodes (the root among them); the last, one.
-    let picks = report.tasks.iter().filter(|t| std::str::from_utf8(queue::split_rank(&t.task).1).unwrap().contains("\"pick\"")).count();
+    let picks = report.tasks.iter().filter(|t| matches!(crate::job::decode_task(&t.task), Ok(LuTask::Pick { .. }))).count();
     assert_eq!(picks, (2..=7).map(|m| m - 1).sum::<usize>() + 1);
 }
 
@@ -199,7 +199,7 @@ fn counters_match_the_producers() {
         crate::lu::tests::check_counters(p, &all, successors, |t| n_deps(p, t));
         let n = u64::from(p) * 8;
         let pl = plan(&spec(&MatrixMeta::new("A", n, n, 8), &MatrixMeta::new("LU", n, n, 8))).unwrap();
-        let ready: Vec<LuTask> = pl.bags[0].tasks.iter().map(|t| serde_json::from_slice(queue::split_rank(t).1).unwrap()).collect();
+        let ready: Vec<LuTask> = pl.bags[0].tasks.iter().map(|t| crate::job::decode_task(t).unwrap()).collect();
         // The first panel's nodes that meet two blocks (or its one block) read A and wait for nothing.
         assert_eq!(ready.len(), if p == 1 { 1 } else { p as usize / 2 }, "p={p}");
         assert!(ready.iter().all(|t| matches!(t, LuTask::Pick { k: 0, level, .. } if *level == u32::from(p > 1))), "p={p}: {ready:?}");
