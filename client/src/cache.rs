@@ -27,6 +27,13 @@ use crate::dataplane::wire::{self, Op, Reply, Request, REQUEST_LEN};
 use crate::dataplane::{DataPlane, Target};
 use crate::StoreError;
 
+mod inflight;
+
+use inflight::{Flight, InFlight};
+
+/// A version arriving ([`BlockCache::arriving`]).
+pub(crate) type Arrival<'a> = Flight<'a, (BlockKey, u64)>;
+
 /// A block: matrix, row, column.
 pub type BlockKey = (Uuid, u32, u32);
 
@@ -141,6 +148,12 @@ pub struct BlockCache {
     token: String,
     distrust: Mutex<Distrust>,
     peer_planes: Mutex<HashMap<String, Arc<DataPlane>>>,
+    /// Versions this process is reading now, from the node or a peer. The
+    /// node names a reader as a holder the moment it sends or refers it a
+    /// version, so a peer may ask for one before it has landed here: the
+    /// peer's get waits for it rather than fall back to the node, which
+    /// would send the store's link the same block again.
+    arriving: InFlight<(BlockKey, u64)>,
 }
 
 impl BlockCache {
@@ -160,6 +173,7 @@ impl BlockCache {
             token: token.unwrap_or("").to_owned(),
             distrust: Mutex::default(),
             peer_planes: Mutex::default(),
+            arriving: InFlight::default(),
         }
     }
 
@@ -196,6 +210,25 @@ impl BlockCache {
         let found = lru.map.get(key).filter(|e| e.stamp == stamp).map(|e| (e.header, e.data.clone()))?;
         lru.touch(key);
         Some(found)
+    }
+
+    /// Marks version `stamp` of `key` as arriving until the returned
+    /// guard is dropped (after [`BlockCache::insert`], or on failure).
+    pub(crate) fn arriving(&self, key: BlockKey, stamp: u64) -> Arrival<'_> {
+        self.arriving.begin((key, stamp))
+    }
+
+    /// Version `stamp` of `key`, waiting up to `patience` for it if it is
+    /// arriving now; `None` if it is neither held nor arriving, or did not
+    /// land in time.
+    pub(crate) async fn get_or_await(&self, key: &BlockKey, stamp: u64, patience: Duration) -> Option<(BlockHeader, Arc<Vec<f64>>)> {
+        if let Some(found) = self.get(key, stamp) {
+            return Some(found);
+        }
+        if !self.arriving.wait_while(&(*key, stamp), tokio::time::Instant::now() + patience).await {
+            return None;
+        }
+        self.get(key, stamp)
     }
 
     pub(crate) fn remove(&self, key: &BlockKey) {
@@ -354,7 +387,9 @@ async fn serve_peer(
         s.read_exact(&mut stamp).await?;
         let stamp = u64::from_le_bytes(stamp);
         let key = (req.matrix, req.i, req.j);
-        let Some((header, data)) = cache.get(&key, stamp) else {
+        // Half the peer timeout, so that an asker gets "not held" and takes
+        // the block from the node before it gives this peer up as dead.
+        let Some((header, data)) = cache.get_or_await(&key, stamp, cache.peer_timeout() / 2).await else {
             let e = StoreError::NotFound { what: format!("block ({}, {}) of {}: version not held by this peer", req.i, req.j, req.matrix) };
             s.write_all(&send_error(e)).await?;
             continue;
@@ -428,6 +463,42 @@ mod tests {
         cache.insert(key(8), 5, header(400), &[0.0; 400]);
         assert_eq!(cache.stamp_of(&key(8)), 0, "a block larger than the cache is not kept");
         assert!(cache.bytes() <= cache.capacity());
+    }
+
+    #[tokio::test]
+    async fn a_version_being_read_is_awaited_and_one_not_being_read_is_not() {
+        let cache = Arc::new(BlockCache::new(1 << 20, true, Duration::from_secs(1), None));
+        let patience = Duration::from_secs(5);
+        assert!(cache.get_or_await(&key(1), 7, patience).await.is_none(), "neither held nor arriving: at once");
+
+        // Lands while a peer's get waits for it.
+        let arrival = cache.arriving(key(1), 7);
+        let waiter = tokio::spawn({
+            let cache = cache.clone();
+            async move { cache.get_or_await(&key(1), 7, patience).await.map(|(_, d)| d[0]) }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished(), "the version has not landed yet");
+        cache.insert(key(1), 7, header(10), &[4.5; 10]);
+        drop(arrival);
+        assert_eq!(waiter.await.unwrap(), Some(4.5));
+
+        // A read that fails wakes the waiter, which finds nothing.
+        let arrival = cache.arriving(key(2), 3);
+        let waiter = tokio::spawn({
+            let cache = cache.clone();
+            async move { cache.get_or_await(&key(2), 3, patience).await.is_some() }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(arrival);
+        assert!(!waiter.await.unwrap());
+        assert!(cache.arriving.is_empty(), "every arrival ended");
+
+        // One that does not land within the patience is given up.
+        let _slow = cache.arriving(key(3), 1);
+        let started = Instant::now();
+        assert!(cache.get_or_await(&key(3), 1, Duration::from_millis(50)).await.is_none());
+        assert!(started.elapsed() >= Duration::from_millis(50));
     }
 
     #[test]

@@ -706,10 +706,14 @@ async fn cached_get(
         return Ok(CachedAnswer::Unchanged(header, stamp));
     }
     if get.peers_ok && stamp != 0 {
-        let peer = holders.lock().unwrap_or_else(|p| p.into_inner()).peer_for(key, stamp, &get.own_addr);
-        if let Some(peer) = peer {
+        let mut holders = holders.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(peer) = holders.peer_for(key, stamp, &get.own_addr) {
             return Ok(CachedAnswer::Peer(header, stamp, peer));
         }
+        // A holder from now, in the same look: a get of this version right
+        // behind this one goes to this reader (which makes it wait for the
+        // payload to land) instead of taking the store's link again.
+        holders.holds(key, stamp, &get.own_addr);
     }
     Ok(CachedAnswer::Data(header, stamp, file))
 }

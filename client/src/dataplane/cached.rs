@@ -22,10 +22,11 @@ use crate::StoreError;
 type Result<T> = std::result::Result<T, StoreError>;
 
 /// A cached get's answer.
-enum Answer {
+enum Answer<'a> {
     Unchanged(BlockHeader, u64),
     Peer(BlockHeader, u64, String),
-    Data(BlockHeader, u64, Vec<f64>),
+    /// With the version marked arriving until it is kept.
+    Data(BlockHeader, u64, Vec<f64>, crate::cache::Arrival<'a>),
 }
 
 /// How a peer failed.
@@ -50,10 +51,10 @@ impl DataPlane {
         // Unchanged but evicted meanwhile, then a failed peer, then the node.
         for _ in 0..4 {
             let mut s = self.checkout().await?;
-            let answer = self.cached_get_on(&mut s, action, key, &get).await?;
+            let answer = self.cached_get_on(&mut s, cache, action, key, &get).await?;
             self.give_back(s);
             match answer? {
-                Answer::Data(header, stamp, data) => {
+                Answer::Data(header, stamp, data, _arrival) => {
                     cache.count_store(data.len() * 8);
                     cache.insert(key, stamp, header, &data);
                     return Ok(BlockData { rows: header.rows as usize, cols: header.cols as usize, data });
@@ -78,6 +79,7 @@ impl DataPlane {
                     let failure = if cache.distrusted(&peer, &key, stamp) {
                         Some(PeerFailure::Version)
                     } else {
+                        let _arrival = cache.arriving(key, stamp);
                         match tokio::time::timeout(cache.peer_timeout(), peer_get(cache, &peer, key, stamp, &header)).await {
                             Ok(Ok(data)) => {
                                 cache.count_peer(data.len() * 8);
@@ -116,7 +118,14 @@ impl DataPlane {
 
     /// One cached get. `Err`: the connection is out of step; `Ok`: the
     /// node's answer.
-    async fn cached_get_on(&self, s: &mut Stream, action: u64, key: BlockKey, get: &wire::CachedGet) -> Result<Result<Answer>> {
+    async fn cached_get_on<'c>(
+        &self,
+        s: &mut Stream,
+        cache: &'c BlockCache,
+        action: u64,
+        key: BlockKey,
+        get: &wire::CachedGet,
+    ) -> Result<Result<Answer<'c>>> {
         let (matrix, i, j) = key;
         let what = || format!("block ({i}, {j}) of {matrix}");
         let send = |e: std::io::Error| self.unavailable(format!("sending a get: {e}"));
@@ -146,13 +155,15 @@ impl DataPlane {
                 Ok(Ok(Answer::Peer(header, stamp, String::from_utf8_lossy(&addr).into_owned())))
             }
             CachedKind::Data if rest == header.payload_len() as u64 => {
+                // The node counts this process a holder from now on.
+                let arrival = cache.arriving(key, stamp);
                 let mut data = vec![0f64; header.rows as usize * header.cols as usize];
                 s.read_exact(bytemuck::cast_slice_mut(&mut data)).await.map_err(read)?;
                 // In step either way: a damaged payload is the block's fault.
                 if !matches_node(&header, &data) {
                     return Ok(Err(StoreError::Corrupt { what: format!("{}: checksum mismatch after transfer", what()) }));
                 }
-                Ok(Ok(Answer::Data(header, stamp, data)))
+                Ok(Ok(Answer::Data(header, stamp, data, arrival)))
             }
             _ => Err(self.unavailable(format!("{}: a cached get answered {kind:?} with {rest} bytes more", what()))),
         }
