@@ -148,6 +148,9 @@ pub struct BlockCache {
     token: String,
     distrust: Mutex<Distrust>,
     peer_planes: Mutex<HashMap<String, Arc<DataPlane>>>,
+    /// TLS to peers, where the node uses it: the cluster's CA, each peer
+    /// named by its address ([`BlockCache::with_peer_tls`]).
+    peer_tls: Option<crate::tls::ClientTls>,
     /// Versions this process is reading now, from the node or a peer. The
     /// node names a reader as a holder the moment it sends or refers it a
     /// version, so a peer may ask for one before it has landed here: the
@@ -173,8 +176,17 @@ impl BlockCache {
             token: token.unwrap_or("").to_owned(),
             distrust: Mutex::default(),
             peer_planes: Mutex::default(),
+            peer_tls: None,
             arriving: InFlight::default(),
         }
+    }
+
+    /// Reads from peers over TLS, trusting `tls`'s CA for their
+    /// certificates (each must name the address it serves on); peers then
+    /// serve over TLS too ([`BlockCache::serve_peers`] with an acceptor).
+    pub fn with_peer_tls(mut self, tls: Option<crate::tls::ClientTls>) -> BlockCache {
+        self.peer_tls = tls;
+        self
     }
 
     pub fn capacity(&self) -> usize {
@@ -313,16 +325,27 @@ impl BlockCache {
         if let Some(p) = self.peer_planes.lock().unwrap_or_else(|p| p.into_inner()).get(peer) {
             return Ok(p.clone());
         }
-        let addr = peer.parse().map_err(|_| StoreError::InvalidArgument { what: format!("peer address {peer:?}") })?;
-        let plane = Arc::new(DataPlane::connect(Target::Tcp(addr), Some(&self.token), None, None).await?);
+        let addr: std::net::SocketAddr =
+            peer.parse().map_err(|_| StoreError::InvalidArgument { what: format!("peer address {peer:?}") })?;
+        let tls = match &self.peer_tls {
+            Some(tls) => Some((tls.connector(), crate::tls::ClientTls::server_name(&addr.ip().to_string())?)),
+            None => None,
+        };
+        let plane = Arc::new(DataPlane::connect(Target::Tcp(addr), Some(&self.token), tls, None).await?);
         self.peer_planes.lock().unwrap_or_else(|p| p.into_inner()).insert(peer.to_owned(), plane.clone());
         Ok(plane)
     }
 
     /// Starts serving this cache's versions to peers on `listener`, whose
-    /// address (as peers reach it) is `addr`; from now on reads tell the
-    /// node so, and it may refer other slaves here.
-    pub fn serve_peers(self: &Arc<Self>, listener: TcpListener, addr: String, hook: PeerHook) -> tokio::task::JoinHandle<()> {
+    /// address (as peers reach it) is `addr`, over TLS with `tls`; from now
+    /// on reads tell the node so, and it may refer other slaves here.
+    pub fn serve_peers(
+        self: &Arc<Self>,
+        listener: TcpListener,
+        addr: String,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        hook: PeerHook,
+    ) -> tokio::task::JoinHandle<()> {
         *self.own_addr.lock().unwrap_or_else(|p| p.into_inner()) = addr;
         let cache = self.clone();
         tokio::spawn(async move {
@@ -335,9 +358,17 @@ impl BlockCache {
                 };
                 let _ = s.set_nodelay(true);
                 crate::dataplane::size_buffers(&s);
-                let (cache, token, served) = (cache.clone(), token.clone(), served.clone());
+                let (cache, token, served, tls) = (cache.clone(), token.clone(), served.clone(), tls.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = serve_peer(Box::new(s), &cache, &token, hook, &served).await {
+                    let s: crate::dataplane::Stream = match tls {
+                        Some(tls) => match tokio::time::timeout(Duration::from_secs(5), tls.accept(s)).await {
+                            Ok(Ok(s)) => Box::new(s),
+                            Ok(Err(e)) => return tracing::debug!("a peer's TLS handshake failed: {e}"),
+                            Err(_) => return tracing::debug!("a peer's TLS handshake did not end in time"),
+                        },
+                        None => Box::new(s),
+                    };
+                    if let Err(e) = serve_peer(s, &cache, &token, hook, &served).await {
                         tracing::debug!("peer connection closed: {e}");
                     }
                 });

@@ -9,8 +9,9 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose
 #[derive(clap::Args)]
 pub(crate) struct Args {
     /// Directory to write into (created if missing): ca.pem and ca-key.pem
-    /// (the CA), node.pem and node-key.pem (the store node's), and with
-    /// --client client.pem and client-key.pem.
+    /// (the CA), node.pem and node-key.pem (the store node's), with
+    /// --client client.pem and client-key.pem, with --peer-host peer.pem
+    /// and peer-key.pem.
     #[arg(long)]
     out: PathBuf,
     /// Host names and IP addresses the store node is reached by (what
@@ -18,6 +19,12 @@ pub(crate) struct Args {
     /// Repeat or separate with commas.
     #[arg(long = "host", required = true, value_delimiter = ',')]
     hosts: Vec<String>,
+    /// Host names and IP addresses of the slave hosts: also make peer.pem
+    /// and peer-key.pem, naming each, which slaves serve their caches to
+    /// each other with (`slave --peer-tls-cert peer.pem --peer-tls-key
+    /// peer-key.pem`). Repeat or separate with commas.
+    #[arg(long = "peer-host", value_delimiter = ',')]
+    peer_hosts: Vec<String>,
     /// Also make a client certificate, for nodes started with
     /// --tls-client-ca (mutual TLS).
     #[arg(long)]
@@ -60,11 +67,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         write(&args.out.join("client.pem"), &cert, false)?;
         write(&args.out.join("client-key.pem"), &key, true)?;
     }
+    if !args.peer_hosts.is_empty() {
+        let (cert, key) = leaf(args.peer_hosts.clone(), ExtendedKeyUsagePurpose::ServerAuth, "ftbag slave peer")?;
+        write(&args.out.join("peer.pem"), &cert, false)?;
+        write(&args.out.join("peer-key.pem"), &key, true)?;
+    }
     println!(
-        "wrote certificates for {} to {}: serve with --tls-cert node.pem --tls-key node-key.pem; clients take --tls-ca ca.pem{}",
+        "wrote certificates for {} to {}: serve with --tls-cert node.pem --tls-key node-key.pem; clients take --tls-ca ca.pem{}{}",
         args.hosts.join(", "),
         args.out.display(),
-        if args.client { " --tls-cert client.pem --tls-key client-key.pem (node: --tls-client-ca ca.pem)" } else { "" }
+        if args.client { " --tls-cert client.pem --tls-key client-key.pem (node: --tls-client-ca ca.pem)" } else { "" },
+        if args.peer_hosts.is_empty() { "" } else { "; slaves serve peers with --peer-tls-cert peer.pem --peer-tls-key peer-key.pem" }
     );
     Ok(())
 }

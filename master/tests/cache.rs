@@ -168,7 +168,7 @@ fn a_dequeue_hands_a_slave_the_tasks_whose_inputs_its_cache_holds() {
         assert!(near.attach_block_cache(cache.clone()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let _serving = cache.serve_peers(listener, addr, Default::default());
+        let _serving = cache.serve_peers(listener, addr, None, Default::default());
         let (a, b) = (near.matrix_by_name("A").await.unwrap().id, near.matrix_by_name("B").await.unwrap().id);
         let session = near.open_session("near").await.unwrap();
         let read = |blocks: Vec<(Uuid, u32, u32)>| {

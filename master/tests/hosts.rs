@@ -123,9 +123,11 @@ impl Tier {
         self.path(&format!("{name}.log"))
     }
 
-    /// A client in this (the test's) thread, on the last host.
+    /// A client in this (the test's) thread, on the last host (over TLS
+    /// once the clients' environment names the CA).
     fn client(&self) -> Client {
-        let options = ConnectOptions { token: Some(TOKEN.into()), ..ConnectOptions::default() };
+        let ca = self.env.iter().find(|(k, _)| k == "STORE_TLS_CA").map(|(_, v)| ClientTls::from_files(Path::new(v), None, None).unwrap());
+        let options = ConnectOptions { token: Some(TOKEN.into()), tls: ca, ..ConnectOptions::default() };
         self.rt.block_on(Client::connect_with_retrying(&self.addr(), &options, Some(Duration::from_secs(30)))).expect("test client")
     }
 
@@ -359,6 +361,54 @@ fn slaves_ride_through_the_store_host_cut_off_and_the_node_killed() {
     t.verify_ok(1, job);
     t.assert_each_task_once(job);
     slaves.into_iter().for_each(kill_child);
+}
+
+/// Where the node uses TLS, slaves with a certificate of their own
+/// (`master certs --peer-host`) hand each other blocks over TLS: a second
+/// job's inputs come from the first job's slave, none from the store, the
+/// product exact. A slave without one says peers are off and reads from
+/// the store.
+#[test]
+fn slaves_hand_each_other_blocks_over_tls_where_the_node_uses_it() {
+    let Some(mut t) = Tier::start(4, None) else { return };
+    let certs = t.path("certs");
+    let (node_ip, peer_ips) = (t.hosts.addr(0).to_string(), format!("{},{}", t.hosts.addr(1), t.hosts.addr(2)));
+    let out = Command::new(master_exe())
+        .args(["certs", "--out", certs.to_str().unwrap(), "--host", &node_ip, "--peer-host", &peer_ips])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pem = |f: &str| certs.join(f).to_str().unwrap().to_owned();
+    t.serve_extra = vec!["--tls-cert".into(), pem("node.pem"), "--tls-key".into(), pem("node-key.pem")];
+    t.start_store();
+    t.env.push(("STORE_TLS_CA".into(), pem("ca.pem")));
+    t.master_ok(1, &["matrix", "create", "A", "--n", "256", "--block", "64", "--seed", "1"]);
+    t.master_ok(1, &["matrix", "create", "B", "--n", "256", "--block", "64", "--seed", "2"]);
+    let peer_tls = ["--peer-tls-cert".to_owned(), pem("peer.pem"), "--peer-tls-key".to_owned(), pem("peer-key.pem")];
+    let run = |host: usize, name: &str, out: &str, tls: bool| {
+        let job = t.submit(3, &["matmul", "A", "B", "--out", out]);
+        let job_s = job.to_string();
+        let mut extra: Vec<&str> = vec!["--job", &job_s];
+        if tls {
+            extra.extend(peer_tls.iter().map(String::as_str));
+        }
+        let slave = t.slave(host, name, &extra);
+        wait_succeeded(t.wait_in_background(3, job), job, Duration::from_secs(120));
+        t.verify_ok(3, job);
+        let done = t.assert_each_task_once(job);
+        (slave, record::ReadSources::of(done.iter().map(|(_, d)| d)))
+    };
+    // Host 1 reads every input of the first job and keeps serving them.
+    let (peer, first) = run(1, "peer", "C1", true);
+    assert!(first.store > 0, "{first:?}");
+    let (reader, second) = run(2, "reader", "C2", true);
+    assert!(second.peers > 0 && second.store == 0, "every input of the second job from the peer, over TLS: {second:?}");
+    // Without a certificate of its own: no peers, and it says so.
+    let (plain, third) = run(2, "plain", "C3", false);
+    assert!(third.peers == 0 && third.store > 0, "{third:?}");
+    let log = std::fs::read_to_string(t.log("plain")).unwrap();
+    assert!(log.contains("slave-to-slave transfer is off"), "{log}");
+    [peer, reader, plain].into_iter().for_each(kill_child);
 }
 
 /// A TLS node with the token: no token, a wrong token, plaintext, and a

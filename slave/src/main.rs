@@ -64,6 +64,15 @@ struct Args {
     /// read from the store node instead.
     #[arg(long, default_value_t = 2000)]
     peer_timeout_ms: u64,
+    /// Where the node uses TLS: the certificate this slave serves its cache
+    /// to peers with, signed by the cluster's CA and naming this host's
+    /// address (`master certs --peer-host`). Without it, peers are off
+    /// under TLS.
+    #[arg(long, env = "SLAVE_PEER_TLS_CERT", value_name = "PEM", requires = "peer_tls_key")]
+    peer_tls_cert: Option<std::path::PathBuf>,
+    /// Private key of --peer-tls-cert.
+    #[arg(long, env = "SLAVE_PEER_TLS_KEY", value_name = "PEM", requires = "peer_tls_cert")]
+    peer_tls_key: Option<std::path::PathBuf>,
     /// Crash tests of peer transfers: none, corrupt, kill-mid-transfer,
     /// stop-mid-transfer.
     #[arg(long, default_value = "none", hide = true)]
@@ -141,8 +150,15 @@ fn main() -> anyhow::Result<()> {
         peers: !args.no_peers,
         peer_timeout: Duration::from_millis(args.peer_timeout_ms),
         peer_hook: args.peer_hook,
+        peer_tls: match (&args.peer_tls_cert, &args.peer_tls_key) {
+            (Some(cert), Some(key)) => Some(store_client::ServerTls::from_files(cert, key, None)?),
+            _ => None,
+        },
         gang_fault: args.gang_fault,
     };
+    if config.peer_tls.is_some() && config.connect.tls.is_none() {
+        anyhow::bail!("--peer-tls-cert is for a node that uses TLS (--tls-ca): peers use TLS exactly where the node does");
+    }
     // One worker thread: the task computes on its compute thread, and the
     // runtime only moves blocks and small requests. With two workers every
     // request woke the idle one to steal work: a matmul slave (n=4096,

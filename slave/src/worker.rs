@@ -43,6 +43,9 @@ pub struct SlaveConfig {
     pub peer_timeout: Duration,
     /// Crash tests of peer transfers.
     pub peer_hook: store_client::cache::PeerHook,
+    /// The certificate and key this slave serves peers with where the node
+    /// uses TLS (peers then read over TLS, trusting the node's CA).
+    pub peer_tls: Option<store_client::ServerTls>,
     /// Fault tests of gang jobs: where a rank this slave runs kills or
     /// stops itself.
     pub gang_fault: Option<crate::gang::GangFault>,
@@ -81,19 +84,26 @@ async fn start_cache(config: &SlaveConfig) -> Option<Arc<BlockCache>> {
     if config.cache_bytes == 0 {
         return None;
     }
-    let cache = Arc::new(BlockCache::new(config.cache_bytes, config.peers, config.peer_timeout, config.connect.token.as_deref()));
-    if config.peers && config.connect.tls.is_some() {
-        // A peer would serve in plaintext what the node serves over TLS.
-        tracing::warn!("slave-to-slave transfer is off: the node uses TLS, which peer transfers do not");
-        return Some(cache);
+    let node_tls = config.connect.tls.clone();
+    // A peer must not serve in plaintext what the node serves over TLS:
+    // without a certificate of its own, no peers.
+    let peers = config.peers && (node_tls.is_none() || config.peer_tls.is_some());
+    if config.peers && !peers {
+        tracing::warn!(
+            "slave-to-slave transfer is off: the node uses TLS and this slave has no certificate to serve peers with \
+             (--peer-tls-cert, --peer-tls-key; `master certs --peer-host`)"
+        );
     }
-    if config.peers {
+    let cache = BlockCache::new(config.cache_bytes, peers, config.peer_timeout, config.connect.token.as_deref());
+    let cache = Arc::new(cache.with_peer_tls(node_tls.filter(|_| peers)));
+    if peers {
+        let acceptor = config.peer_tls.as_ref().filter(|_| config.connect.tls.is_some()).map(|t| t.acceptor());
         match own_ip(&config.store).await {
             Some(ip) => match tokio::net::TcpListener::bind((ip, 0)).await {
                 Ok(listener) => {
                     let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
                     tracing::info!(%addr, "serving cached blocks to peers");
-                    cache.serve_peers(listener, addr, config.peer_hook);
+                    cache.serve_peers(listener, addr, acceptor, config.peer_hook);
                 }
                 Err(e) => tracing::warn!("not serving peers: {e}"),
             },
