@@ -37,6 +37,9 @@ pub(crate) type Arrival<'a> = Flight<'a, (BlockKey, u64)>;
 /// A block: matrix, row, column.
 pub type BlockKey = (Uuid, u32, u32);
 
+/// How long a peer's connection may take to say hello (its TLS handshake
+/// first, where there is one).
+const PEER_HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a peer that did not answer is not asked again.
 const DEAD_PEER_FOR: Duration = Duration::from_secs(60);
 
@@ -361,7 +364,7 @@ impl BlockCache {
                 let (cache, token, served, tls) = (cache.clone(), token.clone(), served.clone(), tls.clone());
                 tokio::spawn(async move {
                     let s: crate::dataplane::Stream = match tls {
-                        Some(tls) => match tokio::time::timeout(Duration::from_secs(5), tls.accept(s)).await {
+                        Some(tls) => match tokio::time::timeout(PEER_HELLO_TIMEOUT, tls.accept(s)).await {
                             Ok(Ok(s)) => Box::new(s),
                             Ok(Err(e)) => return tracing::debug!("a peer's TLS handshake failed: {e}"),
                             Err(_) => return tracing::debug!("a peer's TLS handshake did not end in time"),
@@ -393,7 +396,7 @@ async fn serve_peer(
         out
     };
     let mut head = [0u8; 8];
-    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut head)).await.map_err(std::io::Error::other)??;
+    tokio::time::timeout(PEER_HELLO_TIMEOUT, s.read_exact(&mut head)).await.map_err(std::io::Error::other)??;
     let len = wire::decode_hello_head(&head).map_err(std::io::Error::other)?;
     let mut got = vec![0u8; len];
     s.read_exact(&mut got).await?;

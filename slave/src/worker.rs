@@ -95,9 +95,11 @@ async fn start_cache(config: &SlaveConfig) -> Option<Arc<BlockCache>> {
         );
     }
     let cache = BlockCache::new(config.cache_bytes, peers, config.peer_timeout, config.connect.token.as_deref());
-    let cache = Arc::new(cache.with_peer_tls(node_tls.filter(|_| peers)));
+    let cache = Arc::new(cache.with_peer_tls(node_tls.clone().filter(|_| peers)));
     if peers {
-        let acceptor = config.peer_tls.as_ref().filter(|_| config.connect.tls.is_some()).map(|t| t.acceptor());
+        // TLS to peers exactly where the node uses it: readers connect to
+        // peers the way they connect to the node.
+        let acceptor = config.peer_tls.as_ref().filter(|_| node_tls.is_some()).map(|t| t.acceptor());
         match own_ip(&config.store).await {
             Some(ip) => match tokio::net::TcpListener::bind((ip, 0)).await {
                 Ok(listener) => {

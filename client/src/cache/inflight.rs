@@ -48,15 +48,11 @@ impl<K: Eq + Hash + Clone> InFlight<K> {
     /// Marks `key` in flight until the guard is dropped. One already in
     /// flight stays the one waited for: the new guard ends nothing.
     pub(crate) fn begin(&self, key: K) -> Flight<'_, K> {
-        self.try_begin(key.clone()).unwrap_or(Flight { set: self, key, notify: Arc::default() })
-    }
-
-    /// Marks `key` in flight if it is not already.
-    fn try_begin(&self, key: K) -> Option<Flight<'_, K>> {
-        match self.map().entry(key.clone()) {
-            Entry::Vacant(v) => Some(Flight { set: self, key, notify: v.insert(Arc::default()).clone() }),
-            Entry::Occupied(_) => None,
-        }
+        let notify = match self.map().entry(key.clone()) {
+            Entry::Vacant(v) => v.insert(Arc::default()).clone(),
+            Entry::Occupied(_) => Arc::default(),
+        };
+        Flight { set: self, key, notify }
     }
 
     /// Waits until `key` is not in flight; false if it still was at
